@@ -1,0 +1,81 @@
+"""IDX readers for MNIST (shipped test set) and Fashion-MNIST (Debian package `dataset-fashion-mnist`).
+
+IDX format (LeCun et al.): two zero bytes, a type code (0x08 = uint8), the number of dimensions d, then d
+big-endian uint32 sizes, then the data in C order. Files may be gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pathlib
+
+import numpy as np
+
+MNIST_DIR = pathlib.Path(__file__).resolve().parent / "mnist"
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+FASHION_MNIST_DIR = pathlib.Path(
+    os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+
+class DatasetMissingError(FileNotFoundError):
+    """A dataset file is absent; the message says how to install it."""
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read one IDX file (optionally .gz) into a numpy array of its stored shape and dtype."""
+    path = pathlib.Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"{path}: not an IDX file (magic bytes {raw[:4]!r}, expected 00 00 <type> <ndim>)")
+    code, ndim = raw[2], raw[3]
+    if code not in _IDX_DTYPES:
+        raise ValueError(f"{path}: IDX type code {code:#x} unknown, expected one of "
+                         f"{sorted(hex(c) for c in _IDX_DTYPES)}")
+    header = 4 + 4 * ndim
+    shape = tuple(int(s) for s in np.frombuffer(raw[4:header], dtype=">u4"))
+    dtype = np.dtype(_IDX_DTYPES[code])
+    count = int(np.prod(shape)) if shape else 1
+    if len(raw) - header != count * dtype.itemsize:
+        raise ValueError(f"{path}: {len(raw) - header} data bytes, expected {count * dtype.itemsize} "
+                         f"for shape {shape}")
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _load_pair(images: pathlib.Path, labels: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
+    x, y = read_idx(images), read_idx(labels)
+    if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"{images}, {labels}: shapes {x.shape} and {y.shape}, expected (N, H, W) and (N,)")
+    return x, y
+
+
+def load_mnist_test() -> tuple[np.ndarray, np.ndarray]:
+    """The 10,000-image MNIST test set shipped with the project: uint8 images (10000, 28, 28), labels (10000,)."""
+    return _load_pair(MNIST_DIR / "t10k-images-idx3-ubyte.gz", MNIST_DIR / "t10k-labels-idx1-ubyte.gz")
+
+
+def load_fashion_mnist(split: str = "train", *, data_dir: str | os.PathLike | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST from the Debian package `dataset-fashion-mnist`.
+
+    split: "train" (60,000 images) or "test" (10,000). Returns uint8 images (N, 28, 28) and labels (N,).
+    Raises DatasetMissingError naming the package when the files are absent.
+    """
+    prefixes = {"train": "train", "test": "t10k"}
+    if split not in prefixes:
+        raise ValueError(f"split={split!r}, expected 'train' or 'test'")
+    root = pathlib.Path(data_dir) if data_dir is not None else FASHION_MNIST_DIR
+    images = root / f"{prefixes[split]}-images-idx3-ubyte.gz"
+    labels = root / f"{prefixes[split]}-labels-idx1-ubyte.gz"
+    missing = [str(p) for p in (images, labels) if not p.exists()]
+    if missing:
+        raise DatasetMissingError(
+            f"Fashion-MNIST files not found: {', '.join(missing)}. Install the Debian package "
+            f"'{FASHION_MNIST_PACKAGE}' (sudo apt-get install {FASHION_MNIST_PACKAGE}), or point the "
+            f"FASHION_MNIST_DIR environment variable at a folder holding the four IDX .gz files.")
+    return _load_pair(images, labels)
