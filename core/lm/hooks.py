@@ -1,0 +1,143 @@
+"""Intervention specs for the decoder: pure pytrees (arrays are traced, layer/head indices are static).
+
+Residual index convention: `residual[l]` is the input of block `l` (l = 0 is the embedding output) and
+`residual[L]` is the output of the last block, before the final norm. `Steer(layer=l)` adds to `residual[l]`
+before block `l` reads it (`layer=L` acts before the final norm). `heads[l]` is block `l`'s attention output
+per head, before the output projection, shape (B, T, H, head_dim).
+
+    hooks = Hooks(capture=Capture(positions=pos),                 # read residuals and head outputs
+                  steer=(Steer(layer=3, vector=v, where=mask),),  # add v at masked positions
+                  patch=(PatchHead(layer=2, head=5, value=val),)) # replace one head's output
+    out = apply(graphdef, params, tokens, hooks=hooks)             # out.captured["residual"], ["heads"]
+
+Callables (`residual_fn(layer, x)`, `head_fn(layer, heads)`, `kv_fn(layer, k, v)`) are static fields: pass
+the same function object to avoid recompiling. The KV cache itself is an explicit input and output of the
+forward (`core.lm.model.KVCache`), so reading and writing it needs no hook (see `read_kv`/`write_kv`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class Steer:
+    """Add `vector` to the residual stream at `layer`. vector: (D,), (B, D) or (B, T, D).
+
+    `where`: (B, T) weights (bool or float) multiplying the vector per position; None = every position.
+    """
+
+    vector: jax.Array
+    where: jax.Array | None = None
+    layer: int = struct.field(pytree_node=False, default=0)
+
+    def apply(self, x: jax.Array) -> jax.Array:
+        v = jnp.asarray(self.vector, x.dtype)
+        if v.ndim == 1:
+            v = v[None, None, :]
+        elif v.ndim == 2:
+            v = v[:, None, :]
+        if v.shape[-1] != x.shape[-1]:
+            raise ValueError(f"Steer.vector shape {self.vector.shape}: expected last dim {x.shape[-1]}")
+        if self.where is not None:
+            w = jnp.asarray(self.where).astype(x.dtype)
+            if w.shape != x.shape[:2]:
+                raise ValueError(f"Steer.where shape {w.shape}: expected (B, T) = {x.shape[:2]}")
+            v = v * w[..., None]
+        return x + v
+
+
+@struct.dataclass
+class PatchHead:
+    """Replace head `head`'s attention output in block `layer` by `value` (B, T, head_dim) where `where`."""
+
+    value: jax.Array
+    where: jax.Array | None = None  # (B, T) bool; None = every position
+    layer: int = struct.field(pytree_node=False, default=0)
+    head: int = struct.field(pytree_node=False, default=0)
+
+    def apply(self, heads: jax.Array) -> jax.Array:
+        B, T, H, Dh = heads.shape
+        if not 0 <= self.head < H:
+            raise ValueError(f"PatchHead.head={self.head}: expected in [0, {H})")
+        val = jnp.asarray(self.value, heads.dtype)
+        if val.shape != (B, T, Dh):
+            raise ValueError(f"PatchHead.value shape {val.shape}: expected (B, T, head_dim) = {(B, T, Dh)}")
+        old = heads[:, :, self.head]
+        if self.where is not None:
+            where = jnp.asarray(self.where).astype(bool)
+            if where.shape != (B, T):
+                raise ValueError(f"PatchHead.where shape {where.shape}: expected (B, T) = {(B, T)}")
+            val = jnp.where(where[..., None], val, old)
+        return heads.at[:, :, self.head].set(val)
+
+
+@struct.dataclass
+class Capture:
+    """Read residuals (L+1, B, P, D) and/or head outputs (L, B, P, H, head_dim) at `positions` (B, P).
+
+    positions=None reads every position (P = T).
+    """
+
+    positions: jax.Array | None = None
+    residual: bool = struct.field(pytree_node=False, default=True)
+    heads: bool = struct.field(pytree_node=False, default=True)
+
+    def gather(self, x: jax.Array) -> jax.Array:
+        if self.positions is None:
+            return x
+        pos = jnp.asarray(self.positions, jnp.int32)
+        if pos.ndim != 2 or pos.shape[0] != x.shape[0]:
+            raise ValueError(f"Capture.positions shape {pos.shape}: expected (B, P) with B={x.shape[0]}")
+        idx = pos.reshape(pos.shape + (1,) * (x.ndim - 2))
+        return jnp.take_along_axis(x, idx, axis=1)
+
+
+@struct.dataclass
+class Hooks:
+    """All interventions of one forward pass. Every field is optional; `Hooks()` is the identity."""
+
+    steer: tuple = ()
+    patch: tuple = ()
+    capture: Capture | None = None
+    residual_fn: Callable[[int, jax.Array], jax.Array] | None = struct.field(pytree_node=False, default=None)
+    head_fn: Callable[[int, jax.Array], jax.Array] | None = struct.field(pytree_node=False, default=None)
+    kv_fn: Callable[[int, jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = struct.field(
+        pytree_node=False, default=None)
+
+    def on_residual(self, layer: int, x: jax.Array) -> jax.Array:
+        for s in self.steer:
+            if s.layer == layer:
+                x = s.apply(x)
+        if self.residual_fn is not None:
+            x = self.residual_fn(layer, x)
+        return x
+
+    def on_heads(self, layer: int, heads: jax.Array) -> jax.Array:
+        for p in self.patch:
+            if p.layer == layer:
+                heads = p.apply(heads)
+        if self.head_fn is not None:
+            heads = self.head_fn(layer, heads)
+        return heads
+
+    def on_kv(self, layer: int, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if self.kv_fn is not None:
+            k, v = self.kv_fn(layer, k, v)
+        return k, v
+
+    def validate(self, num_layers: int) -> None:
+        for s in self.steer:
+            if not isinstance(s, Steer) or not 0 <= s.layer <= num_layers:
+                raise ValueError(f"steer entry {s!r}: expected Steer with layer in [0, {num_layers}]")
+        for p in self.patch:
+            if not isinstance(p, PatchHead) or not 0 <= p.layer < num_layers:
+                raise ValueError(f"patch entry {p!r}: expected PatchHead with layer in [0, {num_layers})")
+
+
+def no_hooks() -> Hooks:
+    return Hooks()

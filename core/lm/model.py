@@ -1,0 +1,351 @@
+"""A Qwen2/Llama-family decoder in flax nnx, with a static-shape KV cache and intervention hooks.
+
+Parameters carry logical axis names (`vocab`, `embed`, `heads`, `kv_heads`, `head_dim`, `mlp`, `norm`) that
+`core.lm.sharding` maps onto a ("data", "model") mesh. The forward is pure: `apply(graphdef, params, tokens,
+...)` merges and calls the module without mutating it, so it runs under `jax.jit` with hooks and caches as
+explicit inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from core.lm.configs import LMConfig
+from core.lm.hooks import Hooks
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def dtype_of(name: str):
+    return _DTYPES[name]
+
+
+def _param(rngs: nnx.Rngs | None, init, shape, names, dtype) -> nnx.Param:
+    value = init(rngs.params() if rngs is not None else jax.random.key(0), shape, dtype)
+    return nnx.Param(value, out_sharding=names, eager_sharding=False)
+
+
+_normal = nnx.initializers.normal(0.02)
+_zeros = nnx.initializers.zeros
+_ones = nnx.initializers.ones
+
+
+# --- rotary embeddings ---------------------------------------------------------------------------
+
+
+def rope_inv_freq(config: LMConfig) -> np.ndarray:
+    """Inverse frequencies (head_dim/2,) in float32, with linear or Llama-3 scaling applied."""
+    dim = config.head_dim
+    exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    inv_freq = (np.float32(1.0) / (np.float32(config.rope_theta) ** exponent)).astype(np.float32)
+    rs = config.rope_scaling
+    if rs.rope_type == "linear":
+        inv_freq = inv_freq / np.float32(rs.factor)
+    elif rs.rope_type == "llama3":
+        old = rs.original_max_position_embeddings
+        low_wavelen = old / rs.low_freq_factor
+        high_wavelen = old / rs.high_freq_factor
+        wavelen = 2 * np.pi / inv_freq
+        scaled = np.where(wavelen > low_wavelen, inv_freq / rs.factor, inv_freq)
+        smooth = (old / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv_freq.astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate-half rotary embedding. x: (B, T, H, Dh); positions: (B, T) int."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+# --- KV cache ------------------------------------------------------------------------------------
+
+
+class KVCache(NamedTuple):
+    """Static-shape cache. k, v: (L, B, S, KVH, Dh) after rotary; valid: (B, S) bool slots holding a real
+    token; index: () int32, the next slot to write (shared by the batch); lengths: (B,) int32 real tokens
+    so far (the next token's position)."""
+
+    k: jax.Array
+    v: jax.Array
+    valid: jax.Array
+    index: jax.Array
+    lengths: jax.Array
+
+    @property
+    def size(self) -> int:
+        return self.k.shape[2]
+
+
+def init_cache(config: LMConfig, batch: int, size: int, dtype=None) -> KVCache:
+    """An empty cache of `size` slots."""
+    dtype = dtype or dtype_of(config.dtype)
+    shape = (config.num_layers, batch, size, config.num_kv_heads, config.head_dim)
+    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype), valid=jnp.zeros((batch, size), bool),
+                   index=jnp.zeros((), jnp.int32), lengths=jnp.zeros((batch,), jnp.int32))
+
+
+def read_kv(cache: KVCache, layer: int) -> tuple[jax.Array, jax.Array]:
+    """Layer `layer`'s keys and values, each (B, S, KVH, Dh)."""
+    return cache.k[layer], cache.v[layer]
+
+
+def write_kv(cache: KVCache, layer: int, k: jax.Array, v: jax.Array) -> KVCache:
+    """A cache with layer `layer`'s keys and values replaced (shapes must match)."""
+    if k.shape != cache.k.shape[1:] or v.shape != cache.v.shape[1:]:
+        raise ValueError(f"write_kv shapes k={k.shape}, v={v.shape}: expected {cache.k.shape[1:]}")
+    return cache._replace(k=cache.k.at[layer].set(k.astype(cache.k.dtype)),
+                          v=cache.v.at[layer].set(v.astype(cache.v.dtype)))
+
+
+# --- modules -------------------------------------------------------------------------------------
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, *, param_dtype, rngs: nnx.Rngs | None = None):
+        self.eps = eps
+        self.weight = _param(rngs, _ones, (dim,), ("norm",), param_dtype)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dtype = x.dtype
+        x32 = x.astype(jnp.float32)
+        var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
+        y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(dtype)
+        return self.weight[...].astype(dtype) * y
+
+
+class Attention(nnx.Module):
+    """Grouped-query attention projections; `__call__` returns per-head outputs before `o_proj`."""
+
+    def __init__(self, config: LMConfig, *, rngs: nnx.Rngs | None = None):
+        c = config
+        pd = dtype_of(c.param_dtype)
+        D, H, KVH, Dh = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
+        self.q_proj = _param(rngs, _normal, (D, H, Dh), ("embed", "heads", "head_dim"), pd)
+        self.k_proj = _param(rngs, _normal, (D, KVH, Dh), ("embed", "kv_heads", "head_dim"), pd)
+        self.v_proj = _param(rngs, _normal, (D, KVH, Dh), ("embed", "kv_heads", "head_dim"), pd)
+        self.o_proj = _param(rngs, _normal, (H, Dh, D), ("heads", "head_dim", "embed"), pd)
+        if c.attention_bias:
+            self.q_bias = _param(rngs, _zeros, (H, Dh), ("heads", "head_dim"), pd)
+            self.k_bias = _param(rngs, _zeros, (KVH, Dh), ("kv_heads", "head_dim"), pd)
+            self.v_bias = _param(rngs, _zeros, (KVH, Dh), ("kv_heads", "head_dim"), pd)
+        else:
+            self.q_bias = self.k_bias = self.v_bias = None
+        # Llama's attention_bias also puts a bias on o_proj; Qwen2's q/k/v bias does not.
+        if c.attention_bias and c.architecture == "llama":
+            self.o_bias = _param(rngs, _zeros, (D,), ("embed",), pd)
+        else:
+            self.o_bias = None
+
+    def qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        dt = x.dtype
+        q = jnp.einsum("btd,dhk->bthk", x, self.q_proj[...].astype(dt))
+        k = jnp.einsum("btd,dhk->bthk", x, self.k_proj[...].astype(dt))
+        v = jnp.einsum("btd,dhk->bthk", x, self.v_proj[...].astype(dt))
+        if self.q_bias is not None:
+            q = q + self.q_bias[...].astype(dt)
+            k = k + self.k_bias[...].astype(dt)
+            v = v + self.v_bias[...].astype(dt)
+        return q, k, v
+
+    def out(self, heads: jax.Array) -> jax.Array:
+        y = jnp.einsum("bthk,hkd->btd", heads, self.o_proj[...].astype(heads.dtype))
+        if self.o_bias is not None:
+            y = y + self.o_bias[...].astype(heads.dtype)
+        return y
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Softmax attention with GQA. q: (B, T, H, Dh); k, v: (B, S, KVH, Dh); mask: (B, T, S) bool."""
+    B, T, H, Dh = q.shape
+    KVH = k.shape[2]
+    G = H // KVH
+    qg = q.reshape(B, T, KVH, G, Dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) * (Dh ** -0.5)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(B, T, H, Dh)
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: LMConfig, *, rngs: nnx.Rngs | None = None):
+        pd = dtype_of(config.param_dtype)
+        D, F = config.hidden_size, config.intermediate_size
+        self.gate_proj = _param(rngs, _normal, (D, F), ("embed", "mlp"), pd)
+        self.up_proj = _param(rngs, _normal, (D, F), ("embed", "mlp"), pd)
+        self.down_proj = _param(rngs, _normal, (F, D), ("mlp", "embed"), pd)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dt = x.dtype
+        g = x @ self.gate_proj[...].astype(dt)
+        u = x @ self.up_proj[...].astype(dt)
+        return (jax.nn.silu(g) * u) @ self.down_proj[...].astype(dt)
+
+
+class Block(nnx.Module):
+    def __init__(self, config: LMConfig, *, rngs: nnx.Rngs | None = None):
+        pd = dtype_of(config.param_dtype)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        self.self_attn = Attention(config, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        self.mlp = MLP(config, rngs=rngs)
+
+
+class Output(NamedTuple):
+    """logits: (B, T, V) float32; cache: the updated KVCache or None; captured: dict of hook reads."""
+
+    logits: jax.Array
+    cache: KVCache | None
+    captured: dict
+
+
+class Transformer(nnx.Module):
+    """Decoder-only transformer (Qwen2 / Llama). Call it through `apply` under jit."""
+
+    def __init__(self, config: LMConfig, *, rngs: nnx.Rngs | None = None):
+        self.config = config
+        pd = dtype_of(config.param_dtype)
+        self.embed_tokens = _param(rngs, _normal, (config.vocab_size, config.hidden_size), ("vocab", "embed"), pd)
+        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = _param(rngs, _normal, (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd)
+
+    def __call__(self, tokens: jax.Array, *, positions: jax.Array | None = None,
+                 attention_mask: jax.Array | None = None, segment_ids: jax.Array | None = None,
+                 cache: KVCache | None = None, hooks: Hooks | None = None, use_kernel: bool = False,
+                 logits_positions: jax.Array | None = None) -> Output:
+        """tokens: (B, T) int. attention_mask: (B, T), True for real tokens (padding may be anywhere).
+        segment_ids: (B, T) packed-sequence ids (no cache); positions restart in each segment.
+        cache: write the T new keys/values at `cache.index` and attend over the whole cache.
+        logits_positions: (B, P) int, compute logits only there (saves the vocab projection).
+        """
+        c = self.config
+        dt = dtype_of(c.dtype)
+        hooks = hooks if hooks is not None else Hooks()
+        hooks.validate(c.num_layers)
+        B, T = tokens.shape
+        mask_t = (jnp.ones((B, T), bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool))
+        if segment_ids is not None and cache is not None:
+            raise ValueError("segment_ids with a cache: expected one or the other (packing is for training)")
+
+        if cache is None:
+            if positions is None:
+                if segment_ids is not None:
+                    positions = _segment_positions(segment_ids)
+                else:
+                    positions = jnp.maximum(jnp.cumsum(mask_t, axis=1) - 1, 0)
+            causal = jnp.tril(jnp.ones((T, T), bool))
+            mask = causal[None] & mask_t[:, None, :]
+            if segment_ids is not None:
+                mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+            new_valid = None
+        else:
+            S = cache.size
+            if positions is None:
+                positions = cache.lengths[:, None] + jnp.maximum(jnp.cumsum(mask_t, axis=1) - 1, 0)
+            slots = cache.index + jnp.arange(T)
+            new_valid = jax.lax.dynamic_update_slice(cache.valid, mask_t, (0, cache.index))
+            mask = new_valid[:, None, :] & (jnp.arange(S)[None, None, :] <= slots[None, :, None])
+        positions = jnp.asarray(positions, jnp.int32)
+        inv_freq = rope_inv_freq(c)
+
+        want_res = hooks.capture is not None and hooks.capture.residual
+        want_heads = hooks.capture is not None and hooks.capture.heads
+        res_reads, head_reads, new_k, new_v = [], [], [], []
+
+        x = jnp.take(self.embed_tokens[...], tokens, axis=0).astype(dt)
+        for i, layer in enumerate(self.layers):
+            x = hooks.on_residual(i, x)
+            if want_res:
+                res_reads.append(hooks.capture.gather(x))
+            h = layer.input_layernorm(x)
+            q, k, v = layer.self_attn.qkv(h)
+            q = apply_rope(q, positions, inv_freq)
+            k = apply_rope(k, positions, inv_freq)
+            k, v = hooks.on_kv(i, k, v)
+            if cache is None:
+                heads = attention(q, k, v, mask)
+            else:
+                k_all = jax.lax.dynamic_update_slice(cache.k[i], k.astype(cache.k.dtype), (0, cache.index, 0, 0))
+                v_all = jax.lax.dynamic_update_slice(cache.v[i], v.astype(cache.v.dtype), (0, cache.index, 0, 0))
+                new_k.append(k_all)
+                new_v.append(v_all)
+                if use_kernel and T == 1:
+                    from core.lm.kernels import decode_attention
+
+                    heads = decode_attention(q[:, 0], k_all.astype(dt), v_all.astype(dt), mask[:, 0])[:, None]
+                else:
+                    heads = attention(q, k_all.astype(dt), v_all.astype(dt), mask)
+            heads = hooks.on_heads(i, heads)
+            if want_heads:
+                head_reads.append(hooks.capture.gather(heads))
+            x = x + layer.self_attn.out(heads)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = hooks.on_residual(c.num_layers, x)
+        if want_res:
+            res_reads.append(hooks.capture.gather(x))
+        if logits_positions is not None:
+            x = jnp.take_along_axis(x, jnp.asarray(logits_positions, jnp.int32)[..., None], axis=1)
+        x = self.norm(x)
+        if self.lm_head is None:
+            logits = jnp.einsum("btd,vd->btv", x, self.embed_tokens[...].astype(dt))
+        else:
+            logits = x @ self.lm_head[...].astype(dt)
+        captured = {}
+        if want_res:
+            captured["residual"] = jnp.stack(res_reads)
+        if want_heads:
+            captured["heads"] = jnp.stack(head_reads)
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(k=jnp.stack(new_k), v=jnp.stack(new_v), valid=new_valid, index=cache.index + T,
+                                lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
+        return Output(logits=logits.astype(jnp.float32), cache=new_cache, captured=captured)
+
+
+def _segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """Position within each contiguous segment. segment_ids: (B, T) -> (B, T) int32."""
+    T = segment_ids.shape[1]
+    idx = jnp.arange(T)[None, :]
+    start = jnp.concatenate([jnp.ones_like(segment_ids[:, :1], bool), segment_ids[:, 1:] != segment_ids[:, :-1]],
+                            axis=1)
+    seg_start = jax.lax.cummax(jnp.where(start, idx, 0), axis=1)
+    return (idx - seg_start).astype(jnp.int32)
+
+
+# --- pure API ------------------------------------------------------------------------------------
+
+
+def init(config: LMConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
+    """Random-init (normal(0.02) weights, zero biases, unit norms): returns (graphdef, params)."""
+    model = Transformer(config, rngs=nnx.Rngs(params=key))
+    return nnx.split(model, nnx.Param)
+
+
+def abstract(config: LMConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, params of ShapeDtypeStructs): no memory allocated (for loaders and checkpoints)."""
+    model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(params=0)))
+    return nnx.split(model, nnx.Param)
+
+
+def apply(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, **kwargs) -> Output:
+    """Pure forward: `Transformer.__call__` on merged (graphdef, params). Jittable; see Transformer."""
+    model = nnx.merge(graphdef, params, copy=True)
+    return model(tokens, **kwargs)
