@@ -1,0 +1,1 @@
+"""Brain-to-text decoding. Papers: 1 BIT: end-to-end brain-to-text."""

@@ -1,0 +1,124 @@
+"""One thin wrapper over orbax's CheckpointManager, used by every trainer.
+
+A checkpoint holds the train state (params, optimizer state, step, PRNG key: any pytree), the data
+iterator's position and the config it was written under. Restoring takes a template state already placed
+on the target devices, so a checkpoint written on one mesh restores onto any other sharding. The last
+`keep` checkpoints are kept, and with `best_metric` the best one by that metric is kept beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from core import config as config_lib
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint was written under another config, or its arrays do not fit the template state."""
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_storable(state: Any) -> Any:
+    """Typed PRNG keys are stored as their raw uint32 data."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, state)
+
+
+def _abstract(template: Any) -> Any:
+    def leaf(x):
+        x = jax.random.key_data(x) if _is_key(x) else x
+        sharding = getattr(x, "sharding", None)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    return jax.tree.map(leaf, template)
+
+
+def _from_storable(restored: Any, template: Any) -> Any:
+    return jax.tree.map(lambda r, t: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r,
+                        restored, template)
+
+
+class Checkpointer:
+    """Save and restore (state, data position, config) under `directory`; keep-last-N and best-by-metric."""
+
+    def __init__(self, directory: str | pathlib.Path, *, keep: int = 3, config: Any = None,
+                 best_metric: str | None = None, best_mode: str = "min"):
+        if keep < 1:
+            raise ValueError(f"keep={keep}: expected at least 1 checkpoint to keep")
+        if best_mode not in ("min", "max"):
+            raise ValueError(f"best_mode={best_mode!r}: expected 'min' or 'max'")
+        self.directory = pathlib.Path(directory).absolute()
+        self.fingerprint = config_lib.fingerprint(config) if config is not None else None
+        self.best_metric = best_metric
+        options = dict(create=True, enable_async_checkpointing=False)
+        self._last = ocp.CheckpointManager(self.directory / "last", item_names=("state", "extra"),
+                                           options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options))
+        self._best = None
+        if best_metric:
+            self._best = ocp.CheckpointManager(
+                self.directory / "best", item_names=("state", "extra"),
+                options=ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: float(m[best_metric]),
+                                                     best_mode=best_mode, **options))
+
+    def save(self, step: int, state: Any, *, data_state: Mapping[str, Any] | None = None,
+             metrics: Mapping[str, float] | None = None) -> None:
+        extra = {"step": int(step), "data_state": dict(data_state or {}), "config": self.fingerprint,
+                 "metrics": {k: float(v) for k, v in (metrics or {}).items()}}
+        args = ocp.args.Composite(state=ocp.args.StandardSave(_to_storable(state)), extra=ocp.args.JsonSave(extra))
+        self._last.save(int(step), args=args, force=True)
+        if self._best is not None and metrics and self.best_metric in metrics:
+            self._best.save(int(step), args=args, metrics=dict(extra["metrics"]), force=True)
+
+    def latest_step(self) -> int | None:
+        return self._last.latest_step()
+
+    def best_step(self) -> int | None:
+        return None if self._best is None else self._best.best_step()
+
+    def restore(self, template: Any, step: int | None = None, *, best: bool = False) -> tuple[Any, dict]:
+        """Restore onto `template`'s shapes and shardings; returns (state, data_state)."""
+        manager = self._best if best else self._last
+        if manager is None:
+            raise ValueError("restore(best=True): this Checkpointer was made without best_metric")
+        step = (manager.best_step() if best else manager.latest_step()) if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {manager.directory}")
+        extra = manager.restore(step, args=ocp.args.Composite(extra=ocp.args.JsonRestore()))["extra"]
+        if self.fingerprint is not None and extra.get("config") not in (None, self.fingerprint):
+            raise CheckpointMismatchError(
+                f"checkpoint {manager.directory}/{step} was written under another config: "
+                f"{_config_diff(extra['config'], self.fingerprint)}; use a new --workdir or the same settings")
+        try:
+            restored = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(_abstract(template))))["state"]
+        except (ValueError, TypeError, KeyError) as err:
+            raise CheckpointMismatchError(f"checkpoint {manager.directory}/{step} does not fit this model's "
+                                          f"state: {err}") from err
+        return _from_storable(restored, template), extra["data_state"]
+
+    def close(self) -> None:
+        self._last.close()
+        if self._best is not None:
+            self._best.close()
+
+
+def _config_diff(saved: str, current: str) -> str:
+    old, new = json.loads(saved), json.loads(current)
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    old, new = flat(old), flat(new)
+    diffs = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} here" for k in sorted(set(old) | set(new))
+             if old.get(k) != new.get(k)]
+    return "; ".join(diffs[:5]) or "different config"

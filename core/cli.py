@@ -1,0 +1,264 @@
+"""The `iclr26` command: list, run, demo and report the registered experiments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+EPILOG = """\
+examples:
+  iclr26 list                                     experiments, their papers and presets
+  iclr26 run regression --preset tiny             one experiment, written to runs/regression-tiny
+  iclr26 run phaseformer --preset etth1_96 --set seed=1 --workdir runs/pf
+  iclr26 demo                                     every method's demo preset, one summary table
+  iclr26 report runs/demo                         re-render a run folder's table and plots
+
+multi-host (a TPU pod or several GPU nodes): run the same `iclr26 run ...` on every host with
+  --coordinator HOST:PORT --num-processes N --process-id I   (or JAX_COORDINATOR_ADDRESS,
+  JAX_NUM_PROCESSES, JAX_PROCESS_ID in the environment).
+"""
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def _experiments():
+    from core import registry
+    return registry.experiments()
+
+
+def _format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in header]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _headline(metrics: dict[str, Any], limit: int = 4) -> str:
+    items = [(k, v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in items[:limit])
+
+
+def _prepare_workdir(workdir: pathlib.Path) -> pathlib.Path:
+    workdir = workdir.expanduser().absolute()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        probe = workdir / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise CLIError(f"--workdir {workdir}: not writable ({err.strerror or err}); choose a folder you can "
+                       "write to") from None
+    return workdir
+
+
+def _check_config_file(workdir: pathlib.Path, name: str, preset: str, config: Any) -> None:
+    from core import config as config_lib
+    path = workdir / "config.json"
+    record = {"experiment": name, "preset": preset, "config": config_lib.to_dict(config)}
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("experiment") != name or old.get("config") != record["config"]:
+            changed = sorted(k for k in set(old.get("config", {})) | set(record["config"])
+                             if old.get("config", {}).get(k) != record["config"].get(k))
+            raise CLIError(f"--workdir {workdir} holds a run of {old.get('experiment')!r} with another config "
+                           f"(differs in: {', '.join(changed) or 'experiment'}); use a new --workdir to start "
+                           "afresh, or the same settings to resume")
+    import jax
+    if jax.process_index() == 0:
+        path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def run_experiment(name: str, preset: str | None, overrides: Sequence[str], workdir: pathlib.Path | None,
+                   ) -> tuple[dict[str, Any], pathlib.Path, float]:
+    from core import config as config_lib
+    from core import registry
+    from core.train import write_metrics
+    exp = registry.get(name)
+    preset = preset or exp.demo_preset
+    try:
+        config = exp.config(preset)
+    except KeyError as err:
+        raise CLIError(err.args[0]) from None
+    config = config_lib.apply_overrides(config, overrides)
+    workdir = _prepare_workdir(workdir or pathlib.Path("runs") / f"{name}-{preset}")
+    _check_config_file(workdir, name, preset, config)
+    start = time.perf_counter()
+    metrics = dict(exp.run(config, workdir))
+    seconds = time.perf_counter() - start
+    metrics.setdefault("wall_seconds", round(seconds, 2))
+    write_metrics(workdir, metrics)
+    return metrics, workdir, seconds
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = []
+    for exp in _experiments().values():
+        presets = ", ".join(f"{p} ({exp.runtimes[p]})" if p in exp.runtimes else p for p in exp.presets)
+        rows.append([exp.name, exp.paper if exp.paper is not None else "-", exp.title, presets])
+    print(_format_table(["experiment", "paper", "title", "presets (expected runtime on 2 CPU cores)"], rows))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from core.sharding import initialize_distributed
+    initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+    metrics, workdir, seconds = run_experiment(args.name, args.preset, args.set or [], args.workdir)
+    import jax
+    if jax.process_index() == 0:
+        print(_format_table(["metric", "value"], sorted(metrics.items())))
+        print(f"\nwrote {workdir}/metrics.json and plots in {seconds:.1f} s")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    experiments = _experiments()
+    methods = [e for e in experiments.values() if e.paper is not None]
+    if args.only:
+        methods = [experiments[n] if n in experiments else _unknown(n) for n in args.only]
+    note = ""
+    if not methods:
+        methods = [experiments["regression"]]
+        note = ("No paper's method has landed yet: the demo runs the built-in regression example, which "
+                "exercises the core scaffold (config, sharded jitted step, checkpoints, metrics, plots).")
+        print(note + "\n")
+    root = _prepare_workdir(args.workdir)
+    summary = []
+    for exp in methods:
+        print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {exp.demo_preset}",
+              flush=True)
+        metrics, workdir, seconds = run_experiment(exp.name, exp.demo_preset, [], root / exp.name)
+        summary.append({"experiment": exp.name, "paper": exp.paper, "title": exp.title,
+                        "preset": exp.demo_preset, "seconds": round(seconds, 1), "metrics": metrics,
+                        "workdir": str(workdir)})
+    (root / "summary.json").write_text(json.dumps({"note": note, "runs": summary}, indent=2, default=str) + "\n")
+    print()
+    print(render_report(root))
+    print(f"\nwrote {root}/report.md")
+    return 0
+
+
+def _unknown(name: str):
+    from core import registry
+    return registry.get(name)  # raises with close matches
+
+
+def render_report(root: pathlib.Path) -> str:
+    """Print-ready summary table of a demo folder or a single run folder; writes report.md beside it."""
+    root = root.absolute()
+    if (root / "summary.json").exists():
+        summary = json.loads((root / "summary.json").read_text())
+        runs, note = summary["runs"], summary.get("note", "")
+    elif (root / "metrics.json").exists():
+        config = json.loads((root / "config.json").read_text()) if (root / "config.json").exists() else {}
+        runs = [{"experiment": config.get("experiment", root.name), "paper": None, "title": "",
+                 "preset": config.get("preset", "?"), "seconds": None,
+                 "metrics": json.loads((root / "metrics.json").read_text()), "workdir": str(root)}]
+        note = ""
+    else:
+        raise CLIError(f"{root}: expected a run folder (metrics.json) or a demo folder (summary.json)")
+    rows = [[r["experiment"], r["paper"] if r["paper"] is not None else "-", r["preset"],
+             r["seconds"] if r["seconds"] is not None else "-", _headline(r["metrics"])] for r in runs]
+    header = ["experiment", "paper", "preset", "seconds", "headline metrics"]
+    md = ["# iclr26 report", ""] + ([note, ""] if note else []) + [_markdown_table(header, rows), ""]
+    for r in runs:
+        folder = pathlib.Path(r["workdir"])
+        pngs = sorted(folder.glob("*.png"))
+        if pngs:
+            md.append(f"## {r['experiment']}\n")
+            md += [f"![{p.stem}]({os.path.relpath(p, root)})" for p in pngs]
+            md.append("")
+    (root / "report.md").write_text("\n".join(md) + "\n")
+    return _format_table(header, rows)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    print(render_report(args.dir))
+    print(f"\nwrote {args.dir.absolute()}/report.md")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="iclr26", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Reference JAX implementations of nineteen ICLR 2026 methods: run an experiment on "
+                    "embedded data, or its paper-scale preset on your own accelerators.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("list", help="list experiments, papers, presets and expected runtimes",
+                       description="List every registered experiment with its paper, presets and runtimes.")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser(
+        "run", help="run one experiment", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one experiment with a preset and overrides. The run folder gets config.json, "
+                    "metrics.json, metrics.jsonl, checkpoints/ and plots; running the same command again "
+                    "resumes from the last checkpoint.",
+        epilog="examples:\n  iclr26 run regression --preset tiny\n"
+               "  iclr26 run regression --preset demo --set lr=1e-3 --set steps=2000 --workdir runs/reg\n"
+               "  iclr26 run regression --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0")
+    p.add_argument("name", help="experiment name (see `iclr26 list`)")
+    p.add_argument("--preset", "-p", help="config preset (default: the experiment's demo preset)")
+    p.add_argument("--set", "-s", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set lr=3e-4 --set model.depth=4 (repeatable)")
+    p.add_argument("--workdir", "-w", type=pathlib.Path,
+                   help="run folder (default: runs/NAME-PRESET); an existing one is resumed")
+    p.add_argument("--coordinator", metavar="HOST:PORT", help="multi-host: the coordinator's address")
+    p.add_argument("--num-processes", type=int, help="multi-host: number of processes")
+    p.add_argument("--process-id", type=int, help="multi-host: this process's index")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="run every method's demo preset and print one summary table",
+                       description="Run each landed method's demo preset on embedded data, print one summary "
+                                   "table and write report.md with the plots.")
+    p.add_argument("--workdir", "-w", type=pathlib.Path, default=pathlib.Path("runs/demo"),
+                   help="folder for the runs and report.md (default: runs/demo)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("report", help="re-render a run folder's table and report.md",
+                       description="Re-render the summary table and report.md of a demo or run folder.")
+    p.add_argument("dir", type=pathlib.Path, help="a folder written by `iclr26 run` or `iclr26 demo`")
+    p.set_defaults(func=cmd_report)
+
+    from core import registry
+    for _, register in registry.command_registrars():
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from core.checkpoint import CheckpointMismatchError
+    from core.config import ConfigError
+    from core.registry import UnknownExperimentError
+    try:
+        return args.func(args)
+    except (CLIError, ConfigError, UnknownExperimentError, CheckpointMismatchError, FileNotFoundError) as err:
+        print(f"iclr26: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

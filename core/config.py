@@ -1,0 +1,175 @@
+"""Frozen dataclass configs, typed `--set key=value` overrides, and validation.
+
+Every method's config is a frozen, keyword-only dataclass (possibly nested). Overrides name a field by its
+dotted path (`train.lr=3e-4`), the value is parsed with the field's annotated type, and the config's own
+`__post_init__` checks (through `check`) run on the result, so an invalid value is reported once, at the
+boundary, naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A config field or override is invalid; the message names the field, the value and what is allowed."""
+
+
+def check(ok: bool, field: str, value: Any, expected: str) -> None:
+    """Raise ConfigError(`field=value: expected ...`) unless `ok`. Call it in a config's `__post_init__`."""
+    if not ok:
+        raise ConfigError(f"{field}={value!r}: expected {expected}")
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _parse(text: str, tp: Any, path: str) -> Any:
+    """Parse `text` as a value of annotated type `tp` (str, int, float, bool, Literal, Optional, tuples)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and text.strip().lower() in ("none", "null"):
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _parse(text, arg, path)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{path}={text!r}: expected one of {_type_name(tp)}")
+    if origin is typing.Literal:
+        for choice in args:
+            if str(choice) == text:
+                return choice
+        raise ConfigError(f"{path}={text!r}: expected one of {', '.join(map(repr, args))}")
+    if origin in (tuple, list):
+        body = text.strip()
+        if body.startswith(("[", "(")):
+            body = body[1:-1]
+        items = [s.strip() for s in body.split(",") if s.strip()]
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(items) != len(args):
+                raise ConfigError(f"{path}={text!r}: expected {len(args)} comma-separated values")
+            return tuple(_parse(s, a, path) for s, a in zip(items, args))
+        item_type = args[0] if args else str
+        parsed = [_parse(s, item_type, path) for s in items]
+        return tuple(parsed) if origin is tuple else parsed
+    if tp is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{path}={text!r}: expected a boolean (true/false)")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                as_float = None
+            if as_float is not None and as_float.is_integer():
+                return int(as_float)
+            raise ConfigError(f"{path}={text!r}: expected an integer") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{path}={text!r}: expected a number") from None
+    if tp is str:
+        return text
+    if _is_dataclass_type(tp):
+        raise ConfigError(f"{path}={text!r}: {path} is a group of fields; set one of "
+                          f"{', '.join(f.name for f in dataclasses.fields(tp))} (e.g. {path}.<field>=...)")
+    raise ConfigError(f"{path}={text!r}: fields of type {_type_name(tp)} cannot be set from the command line")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _set_path(config: Any, keys: list[str], text: str, full: str) -> Any:
+    if not dataclasses.is_dataclass(config):
+        raise ConfigError(f"{full}: {'.'.join(keys)} is not a config group")
+    names = [f.name for f in dataclasses.fields(config)]
+    key = keys[0]
+    if key not in names:
+        close = difflib.get_close_matches(key, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown config field {full.split('=')[0]!r} in {type(config).__name__}"
+                          f" (fields: {', '.join(names)}){hint}")
+    if len(keys) == 1:
+        value = _parse(text, _field_types(type(config))[key], full.split("=")[0])
+    else:
+        value = _set_path(getattr(config, key), keys[1:], text, full)
+    try:
+        return dataclasses.replace(config, **{key: value})
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{full}: {err}") from None
+
+
+def apply_overrides(config: C, overrides: Sequence[str]) -> C:
+    """Return `config` with each `a.b.c=value` override applied, parsed by the field's type and validated."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
+        key, text = item.split("=", 1)
+        config = _set_path(config, key.strip().split("."), text.strip(), item)
+    return config
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-able dict of a (nested) dataclass config; tuples become lists."""
+    def convert(value: Any) -> Any:
+        if dataclasses.is_dataclass(value):
+            return {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, (tuple, list)):
+            return [convert(v) for v in value]
+        if isinstance(value, Mapping):
+            return {str(k): convert(v) for k, v in value.items()}
+        return value
+    return convert(config)
+
+
+def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    """Rebuild a (nested) dataclass config from `to_dict`'s output; unknown keys are an error."""
+    hints = _field_types(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown fields {sorted(unknown)}; expected a subset of {sorted(names)}")
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        if _is_dataclass_type(tp) and isinstance(value, Mapping):
+            value = from_dict(tp, value)
+        elif typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def fingerprint(config: Any) -> str:
+    """A canonical JSON string of the config, used to refuse a checkpoint written under another config."""
+    return json.dumps(to_dict(config), sort_keys=True, default=str)

@@ -1,0 +1,108 @@
+"""The iclr26 command, driven in-process for errors and as a subprocess for the SIGKILL-resume test."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from core import cli, example
+from core.checkpoint import Checkpointer
+
+
+def _run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_help_and_list_read_like_a_researchers_tool(capsys):
+    for argv in (["--help"], ["run", "--help"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        assert "usage: iclr26" in out and "examples:" in out
+    code, out, _ = _run_cli(capsys, "list")
+    assert code == 0 and "regression" in out and "tiny (~10 s)" in out
+
+
+def test_unknown_experiment_names_the_close_matches(capsys):
+    code, _, err = _run_cli(capsys, "run", "regresion")
+    assert code == 2
+    assert "unknown experiment 'regresion'; did you mean regression?" in err
+
+
+def test_bad_set_field_and_value(capsys, tmp_path):
+    code, _, err = _run_cli(capsys, "run", "regression", "--preset", "tiny", "--set", "stesp=3",
+                            "--workdir", str(tmp_path))
+    assert code == 2 and "unknown config field 'stesp' in RegressionConfig" in err and "did you mean steps" in err
+    code, _, err = _run_cli(capsys, "run", "regression", "--set", "lr=-1", "--workdir", str(tmp_path))
+    assert code == 2 and "lr=-1.0: expected a positive learning rate" in err
+    code, _, err = _run_cli(capsys, "run", "regression", "--preset", "huge", "--workdir", str(tmp_path))
+    assert code == 2 and "has no preset 'huge' (presets: tiny, demo)" in err
+
+
+def test_unwritable_workdir(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code, _, err = _run_cli(capsys, "run", "regression", "--workdir", str(blocker / "run"))
+    assert code == 2 and f"--workdir {blocker / 'run'}: not writable" in err
+
+
+def test_workdir_of_another_config_is_refused(capsys, tmp_path):
+    code, _, _ = _run_cli(capsys, "run", "regression", "--preset", "tiny", "--set", "steps=50",
+                          "--workdir", str(tmp_path))
+    assert code == 0 and (tmp_path / "metrics.json").exists()
+    code, _, err = _run_cli(capsys, "run", "regression", "--preset", "tiny", "--set", "steps=50",
+                            "--set", "hidden=16", "--workdir", str(tmp_path))
+    assert code == 2 and "holds a run of 'regression' with another config (differs in: hidden)" in err
+    code, out, _ = _run_cli(capsys, "report", str(tmp_path))
+    assert code == 0 and "eval_mse=" in out and (tmp_path / "report.md").exists()
+
+
+def _checkpoint_params(workdir: pathlib.Path, config):
+    """The final checkpoint's parameters, restored through the same code path a resume uses."""
+    import jax
+    import optax
+    from flax import nnx
+    from core.train import init_train_state
+    model = example.MLP(config.features, config.hidden, rngs=nnx.Rngs(config.seed))
+    _, params = nnx.split(model, nnx.Param)
+    template = init_train_state(params, optax.adam(config.lr), jax.random.key(config.seed))
+    state, _ = Checkpointer(workdir / "checkpoints", config=config).restore(template)
+    return jax.tree.leaves(jax.device_get(state.params))
+
+
+@pytest.mark.multiprocess
+def test_sigkilled_run_resumes_to_bitwise_equal_parameters(tmp_path):
+    from core.config import apply_overrides
+    overrides = ["steps=1500", "ckpt_every=100", "log_every=100"]
+    config = apply_overrides(example.PRESETS["tiny"], overrides)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    command = [sys.executable, "-m", "core.cli", "run", "regression", "--preset", "tiny",
+               *[a for o in overrides for a in ("--set", o)]]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(command + ["--workdir", str(killed)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    last = killed / "checkpoints" / "last"
+    while time.time() < deadline and proc.poll() is None:
+        if last.exists() and any(p.name.isdigit() and int(p.name) >= 200 for p in last.iterdir()):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed mid-way"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps_done = max(int(p.name) for p in last.iterdir() if p.name.isdigit())
+    assert 200 <= steps_done < 1500 and not (killed / "metrics.json").exists()
+
+    subprocess.run(command + ["--workdir", str(killed)], env=env, check=True, capture_output=True)
+    subprocess.run(command + ["--workdir", str(tmp_path / "straight")], env=env, check=True, capture_output=True)
+    for a, b in zip(_checkpoint_params(killed, config), _checkpoint_params(tmp_path / "straight", config)):
+        np.testing.assert_array_equal(a, b)
