@@ -1,0 +1,156 @@
+"""Configs for PhaseFormer and the SparseTSF / DLinear baselines on the long-term forecasting protocol.
+
+Per-setting presets (``etth1_96`` ... ``ettm2_720``) equal the released PhaseFormer configurations
+(latent dim D, routing layers, routers R; lr; batch) listed in the method notes; ``sparsetsf_<setting>`` and
+``dlinear_<setting>`` are the baselines on the same pipeline. Commands and expected results:
+
+- ``iclr26 run phaseformer --preset tiny``  (seconds; a 2-epoch smoke run on a slice of ETTh1)
+- ``iclr26 run phaseformer --preset demo``  (about a minute on 2 shared cores; ETTh1-96, 3 epochs, test MSE ~0.37-0.40)
+- ``iclr26 run phaseformer --preset etth1_96``  (full training; paper test MSE 0.359, this code ~0.36-0.37)
+
+Known ambiguities are explicit options: ``weights`` ("best" = best-validation checkpoint as in the TSL port,
+"last" = last-epoch weights as in the Lightning code; the benchmark uses "best"), and the ETTm1 layer counts
+(``ettm1_layers="released"``: 2, 2, 1, 2 layers for H = 96, 192, 336, 720; ``"variant"``: 1, 1, 2, 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from core.config import check
+
+DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
+HORIZONS = (96, 192, 336, 720)
+
+# (latent_dim, layers, routers) of the released PhaseFormer configurations, L = 720.
+RELEASED = {
+    ("ETTh1", 96): (4, 3, 8), ("ETTh1", 192): (4, 3, 8), ("ETTh1", 336): (4, 3, 8), ("ETTh1", 720): (8, 1, 8),
+    ("ETTh2", 96): (8, 1, 8), ("ETTh2", 192): (8, 1, 8), ("ETTh2", 336): (8, 1, 8), ("ETTh2", 720): (4, 1, 4),
+    ("ETTm1", 96): (8, 2, 8), ("ETTm1", 192): (8, 2, 8), ("ETTm1", 336): (8, 1, 8), ("ETTm1", 720): (8, 2, 8),
+    ("ETTm2", 96): (8, 2, 8), ("ETTm2", 192): (8, 1, 8), ("ETTm2", 336): (8, 1, 8), ("ETTm2", 720): (8, 1, 8),
+}
+ETTM1_VARIANT_LAYERS = {96: 1, 192: 1, 336: 2, 720: 1}
+# Analytic parameter counts of the released configurations (method notes).
+PAPER_PARAMS = {
+    ("ETTh1", 96): 2072, ("ETTh1", 192): 2092, ("ETTh1", 336): 2122, ("ETTh1", 720): 1950,
+    ("ETTh2", 96): 1716, ("ETTh2", 192): 1752, ("ETTh2", 336): 1806, ("ETTh2", 720): 718,
+    ("ETTm1", 96): 3666, ("ETTm1", 192): 3702, ("ETTm1", 336): 1806, ("ETTm1", 720): 3900,
+    ("ETTm2", 96): 3666, ("ETTm2", 192): 1752, ("ETTm2", 336): 1806, ("ETTm2", 720): 1950,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """One training run of one model on one (dataset, horizon). Defaults: PhaseFormer on ETTh2-96 as released."""
+
+    model: Literal["phaseformer", "sparsetsf", "dlinear"] = "phaseformer"
+    dataset: str = "ETTh1"            # an ETT name (shipped) or a path to a CSV in the same layout
+    split: Literal["auto", "ett_hour", "ett_minute", "ratio"] = "auto"
+    seq_len: int = 720
+    pred_len: int = 96
+    # PhaseFormer
+    period: int = 24                  # P = 24 for every dataset, as in the paper (even for 15-minute data)
+    latent_dim: int = 8
+    num_layers: int = 1
+    num_routers: int = 8
+    num_heads: int = 4
+    dropout: float = 0.1
+    revin_eps: float = 1e-5
+    use_kernel: bool = False          # the fused Pallas routing kernel instead of the pure-JAX reference
+    kernel_block: int = 128           # series per kernel grid step (lane axis)
+    kernel_interpret: bool = True     # Pallas interpret mode (required on CPU)
+    # SparseTSF
+    sparse_period: int = 24
+    # DLinear
+    moving_avg: int = 25
+    # training
+    loss: Literal["huber", "mse"] = "huber"
+    huber_delta: float = 1.0
+    lr: float = 1e-3
+    lr_schedule: Literal["constant", "type1", "type3"] = "constant"  # TSL names: type1 halves per epoch, type3 x0.8 after 3
+    batch_size: int = 256
+    eval_batch_size: int = 512
+    epochs: int = 30
+    patience: int = 8
+    weights: Literal["best", "last"] = "best"
+    train_drop_last: bool = False
+    max_train_windows: int = 0        # 0: every training window; >0: the first n (smoke tests only)
+    seed: int = 2021
+    plot: bool = True
+
+    def __post_init__(self):
+        check(self.model in ("phaseformer", "sparsetsf", "dlinear"), "model", self.model,
+              "'phaseformer', 'sparsetsf' or 'dlinear'")
+        for name in ("seq_len", "pred_len", "period", "latent_dim", "num_layers", "num_routers", "num_heads",
+                     "sparse_period", "moving_avg", "batch_size", "eval_batch_size", "epochs", "patience",
+                     "kernel_block"):
+            check(getattr(self, name) >= 1, name, getattr(self, name), "a positive integer")
+        check(self.latent_dim % self.num_heads == 0, "latent_dim", self.latent_dim,
+              f"a multiple of num_heads={self.num_heads}")
+        check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "a rate in [0, 1)")
+        check(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        check(self.huber_delta > 0, "huber_delta", self.huber_delta, "a positive number")
+        check(self.max_train_windows >= 0, "max_train_windows", self.max_train_windows, ">= 0 (0 = all)")
+        check(self.moving_avg % 2 == 1, "moving_avg", self.moving_avg, "an odd kernel size")
+        if self.model == "sparsetsf":
+            check(self.seq_len % self.sparse_period == 0, "sparse_period", self.sparse_period,
+                  f"a divisor of seq_len={self.seq_len}")
+
+    @property
+    def setting(self) -> str:
+        return f"{self.dataset}-{self.pred_len}"
+
+
+def phaseformer(dataset: str, horizon: int, *, ettm1_layers: str = "released", **overrides) -> Config:
+    """The released PhaseFormer configuration for an ETT setting (L = 720)."""
+    if (dataset, horizon) not in RELEASED:
+        raise ValueError(f"setting {dataset}-{horizon}: expected a dataset in {DATASETS} and horizon in {HORIZONS}")
+    if ettm1_layers not in ("released", "variant"):
+        raise ValueError(f"ettm1_layers={ettm1_layers!r}: expected 'released' or 'variant'")
+    dim, layers, routers = RELEASED[(dataset, horizon)]
+    if dataset == "ETTm1" and ettm1_layers == "variant":
+        layers = ETTM1_VARIANT_LAYERS[horizon]
+    lr = 1e-4 if (dataset, horizon) == ("ETTh1", 720) else 1e-3  # notes: 1e-4 or 1.5e-4; 1e-4 used here
+    fields = dict(model="phaseformer", dataset=dataset, pred_len=horizon, latent_dim=dim, num_layers=layers,
+                  num_routers=routers, lr=lr, batch_size=256 if dataset.startswith("ETTh") else 16,
+                  loss="huber", lr_schedule="constant", epochs=30, patience=8)
+    fields.update(overrides)
+    return Config(**fields)
+
+
+def sparsetsf(dataset: str, horizon: int, **overrides) -> Config:
+    """SparseTSF (linear): period 24 (ETTh) or 4 (ETTm), lr 0.02, MSE, x0.8 per epoch after epoch 3, batch 256."""
+    fields = dict(model="sparsetsf", dataset=dataset, pred_len=horizon,
+                  sparse_period=24 if dataset.startswith("ETTh") else 4, lr=0.02, loss="mse",
+                  lr_schedule="type3", batch_size=256, epochs=30, patience=5)
+    fields.update(overrides)
+    return Config(**fields)
+
+
+def dlinear(dataset: str, horizon: int, **overrides) -> Config:
+    """DLinear, shared weights, moving average 25, lr 5e-3, MSE, lr halved per epoch (TSL type1), batch 32."""
+    fields = dict(model="dlinear", dataset=dataset, pred_len=horizon, moving_avg=25, lr=5e-3, loss="mse",
+                  lr_schedule="type1", batch_size=32, epochs=10, patience=3)
+    fields.update(overrides)
+    return Config(**fields)
+
+
+def presets() -> dict[str, Config]:
+    table = {
+        # tiny: seconds; a slice of ETTh1 with a short window; used by the tests.
+        "tiny": Config(dataset="ETTh1", seq_len=96, pred_len=24, latent_dim=4, num_layers=2, num_routers=4,
+                       epochs=2, patience=2, batch_size=64, eval_batch_size=256, max_train_windows=256),
+        # demo: ETTh1-96 as released, 3 epochs (about a minute on 2 shared cores).
+        "demo": phaseformer("ETTh1", 96, epochs=3),
+        "paper": phaseformer("ETTh1", 96),
+    }
+    for dataset in DATASETS:
+        for horizon in HORIZONS:
+            key = f"{dataset.lower()}_{horizon}"
+            table[key] = phaseformer(dataset, horizon)
+            table[f"sparsetsf_{key}"] = sparsetsf(dataset, horizon)
+            table[f"dlinear_{key}"] = dlinear(dataset, horizon)
+    for horizon in HORIZONS:
+        table[f"ettm1_{horizon}_variant"] = phaseformer("ETTm1", horizon, ettm1_layers="variant")
+    return table

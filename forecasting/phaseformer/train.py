@@ -1,0 +1,267 @@
+"""Training and evaluation on the long-term forecasting protocol, whole epochs inside one jit.
+
+The scaled training series lives on the device; an epoch is one jitted call: a permutation of the window starts,
+then ``lax.scan`` over batches that cut their windows with dynamic slices, take a gradient step and carry the
+parameters and Adam state. Evaluation is one jitted scan over every window (the last batch padded and masked,
+so no test window is dropped). Early stopping on the validation loss (the training criterion) runs on the host
+between epochs, keeping the best-validation parameters (``weights="best"``) or the last ones (``"last"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from core import plots
+from core.config import to_dict
+from core.train import progress, write_metrics
+from forecasting import data as data_lib
+from forecasting.phaseformer import losses, model as model_lib
+from forecasting.phaseformer.configs import Config
+
+
+def build_model(config: Config, key: jax.Array) -> nnx.Module:
+    if config.model == "phaseformer":
+        return model_lib.PhaseFormer(
+            seq_len=config.seq_len, pred_len=config.pred_len, period=config.period, latent_dim=config.latent_dim,
+            num_layers=config.num_layers, num_routers=config.num_routers, num_heads=config.num_heads,
+            dropout=config.dropout, revin_eps=config.revin_eps, use_kernel=config.use_kernel,
+            kernel_block=config.kernel_block, kernel_interpret=config.kernel_interpret, key=key)
+    if config.model == "sparsetsf":
+        return model_lib.SparseTSF(seq_len=config.seq_len, pred_len=config.pred_len, period=config.sparse_period,
+                                   key=key)
+    if config.model == "dlinear":
+        return model_lib.DLinear(seq_len=config.seq_len, pred_len=config.pred_len, moving_avg=config.moving_avg,
+                                 key=key)
+    raise ValueError(f"model={config.model!r}: expected 'phaseformer', 'sparsetsf' or 'dlinear'")
+
+
+def lr_for_epoch(config: Config, epoch: int) -> float:
+    """Learning rate of epoch ``epoch`` (0-based), as TSL's ``adjust_learning_rate`` sets it between epochs."""
+    if config.lr_schedule == "constant":
+        return config.lr
+    if config.lr_schedule == "type1":
+        return config.lr * 0.5 ** max(epoch - 1, 0)
+    if config.lr_schedule == "type3":
+        return config.lr * 0.8 ** max(epoch - 3, 0)
+    raise ValueError(f"lr_schedule={config.lr_schedule!r}: expected 'constant', 'type1' or 'type3'")
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    """Adam (PyTorch defaults) with the learning rate as an injected hyperparameter set per epoch."""
+    return optax.inject_hyperparams(optax.adam)(learning_rate=config.lr)
+
+
+def make_apply(graphdef) -> Callable:
+    def apply(params, x, key=None):
+        return nnx.merge(graphdef, params)(x, key)
+    return apply
+
+
+def make_loss_fn(config: Config, graphdef) -> Callable:
+    """loss_fn(params, x (B, L, C), y (B, H, C), mask (B,), key) -> (loss, pred); padded windows excluded."""
+    apply = make_apply(graphdef)
+
+    def loss_fn(params, x, y, mask, key):
+        pred = apply(params, x, key if config.dropout > 0 else None)
+        return losses.masked_mean(losses.elementwise(config.loss, pred, y, config.huber_delta), mask), pred
+
+    return loss_fn
+
+
+def make_train_step(config: Config, graphdef, tx) -> Callable:
+    """step(params, opt_state, x, y, mask, key) -> (params, opt_state, loss): one Adam step (pure, un-jitted)."""
+    loss_fn = make_loss_fn(config, graphdef)
+
+    def step(params, opt_state, x, y, mask, key):
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y, mask, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+def make_epoch_fn(config: Config, graphdef, tx, num_windows: int) -> Callable:
+    """Jitted epoch(params, opt_state, series (T, C), key, lr) -> (params, opt_state, mean batch loss)."""
+    step = make_train_step(config, graphdef, tx)
+    bsz = config.batch_size
+    num_batches = num_windows // bsz if config.train_drop_last else -(-num_windows // bsz)
+    if num_batches < 1:
+        raise ValueError(f"{num_windows} training windows: fewer than batch_size={bsz} with train_drop_last")
+
+    def epoch(params, opt_state, series, key, lr):
+        k_perm, k_drop = jax.random.split(key)
+        perm = jax.random.permutation(k_perm, num_windows)
+        starts, mask = data_lib.batch_starts(num_windows, bsz, perm)
+        starts, mask = starts[:num_batches], mask[:num_batches]
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jnp.float32)
+
+        def body(carry, inp):
+            params, opt_state = carry
+            s, m, i = inp
+            x, y = data_lib.windows(series, s, config.seq_len, config.pred_len)
+            params, opt_state, loss = step(params, opt_state, x, y, m, jax.random.fold_in(k_drop, i))
+            return (params, opt_state), loss
+
+        (params, opt_state), batch_losses = jax.lax.scan(
+            body, (params, opt_state), (starts, mask, jnp.arange(num_batches)))
+        return params, opt_state, batch_losses.mean()
+
+    return jax.jit(epoch, donate_argnums=(0, 1))
+
+
+def make_eval_fn(config: Config, graphdef, num_windows: int) -> Callable:
+    """Jitted evaluate(params, series) -> {loss, mse, mae} over every window (window-weighted means)."""
+    apply = make_apply(graphdef)
+    starts_np, mask_np = data_lib.batch_starts(num_windows, min(config.eval_batch_size, num_windows))
+
+    def evaluate(params, series):
+        def body(acc, inp):
+            s, m = inp
+            x, y = data_lib.windows(series, s, config.seq_len, config.pred_len)
+            sums = losses.window_sums(apply(params, x), y, m, config.loss, config.huber_delta)
+            return jax.tree.map(jnp.add, acc, sums), None
+
+        zero = {k: jnp.zeros((), jnp.float32) for k in ("loss", "mse", "mae", "count")}
+        acc, _ = jax.lax.scan(body, zero, (jnp.asarray(starts_np), jnp.asarray(mask_np)))
+        return {k: acc[k] / acc["count"] for k in ("loss", "mse", "mae")}
+
+    return jax.jit(evaluate)
+
+
+def count_macs(graphdef, params, seq_len: int, channels: int) -> int | None:
+    """Multiply-accumulates of one forward pass on one window (all channels): XLA's flop estimate / 2."""
+    x = jnp.zeros((1, seq_len, channels), jnp.float32)
+    try:
+        cost = jax.jit(make_apply(graphdef)).lower(params, x).compile().cost_analysis()
+    except Exception:  # noqa: BLE001 - cost analysis is backend-dependent and only informative
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    flops = (cost or {}).get("flops")
+    return None if flops is None else int(round(flops / 2))
+
+
+@dataclasses.dataclass
+class TrainResult:
+    params: Any
+    graphdef: Any
+    history: list[dict]
+    metrics: dict[str, Any]
+    data: data_lib.ForecastData
+
+
+def train(config: Config, *, data: data_lib.ForecastData | None = None, show_progress: bool = True,
+          log: Callable[[dict], None] | None = None) -> TrainResult:
+    """Train with early stopping on the validation loss, then evaluate val and test with the chosen weights."""
+    start = time.perf_counter()
+    if data is None:
+        data = data_lib.load(config.dataset, config.seq_len, config.pred_len, split=config.split)
+    n_train = data.num_windows("train")
+    if config.max_train_windows:
+        n_train = min(n_train, config.max_train_windows)
+    key = jax.random.key(config.seed)
+    k_init, k_train = jax.random.split(key)
+    model = build_model(config, k_init)
+    graphdef, params = nnx.split(model, nnx.Param)
+    num_params = sum(int(p.size) for p in jax.tree.leaves(params))
+    tx = make_optimizer(config)
+    opt_state = tx.init(params)
+    epoch_fn = make_epoch_fn(config, graphdef, tx, n_train)
+    eval_val = make_eval_fn(config, graphdef, data.num_windows("val"))
+    eval_test = (eval_val if data.num_windows("test") == data.num_windows("val")
+                 else make_eval_fn(config, graphdef, data.num_windows("test")))
+    train_series, val_series = jnp.asarray(data.train), jnp.asarray(data.val)
+
+    best_val, best_params, best_epoch, bad_epochs = math.inf, params, -1, 0
+    history: list[dict] = []
+    bar = progress(range(config.epochs), total=config.epochs, desc=f"{config.model} {config.setting}") \
+        if show_progress else range(config.epochs)
+    for epoch in bar:
+        t0 = time.perf_counter()
+        lr = lr_for_epoch(config, epoch)
+        params, opt_state, train_loss = epoch_fn(params, opt_state, train_series, jax.random.fold_in(k_train, epoch),
+                                                 lr)
+        val = eval_val(params, val_series)
+        row = {"epoch": epoch + 1, "lr": lr, "train_loss": float(train_loss), "val_loss": float(val["loss"]),
+               "val_mse": float(val["mse"]), "seconds": time.perf_counter() - t0}
+        if not all(math.isfinite(row[k]) for k in ("train_loss", "val_loss")):
+            raise FloatingPointError(f"non-finite loss at epoch {epoch + 1}: {row}")
+        history.append(row)
+        if log is not None:
+            log(row)
+        if row["val_loss"] < best_val:
+            best_val, best_epoch, bad_epochs = row["val_loss"], epoch + 1, 0
+            best_params = jax.tree.map(jnp.copy, params)
+        else:
+            bad_epochs += 1
+            if bad_epochs >= config.patience:
+                break
+    final = best_params if config.weights == "best" else params
+    train_seconds = time.perf_counter() - start
+    val = eval_val(final, val_series)
+    test = eval_test(final, jnp.asarray(data.test))
+    metrics = {
+        "model": config.model, "dataset": config.dataset, "horizon": config.pred_len, "seed": config.seed,
+        "mse": float(test["mse"]), "mae": float(test["mae"]), "val_mse": float(val["mse"]),
+        "val_loss": float(val["loss"]), "params": num_params, "epochs_run": len(history),
+        "best_epoch": best_epoch, "weights": config.weights, "train_windows": n_train,
+        "test_windows": data.num_windows("test"), "train_seconds": train_seconds,
+        "total_seconds": time.perf_counter() - start,
+    }
+    return TrainResult(params=final, graphdef=graphdef, history=history, metrics=metrics, data=data)
+
+
+def plot_forecast(path: pathlib.Path, result: TrainResult, config: Config, window: int | None = None) -> None:
+    """Input history, truth and forecast of one test window, last variable (OT for ETT), in file units."""
+    data = result.data
+    n = data.num_windows("test")
+    window = n // 2 if window is None else window
+    x, y = data_lib.windows(jnp.asarray(data.test), jnp.asarray([window]), config.seq_len, config.pred_len)
+    pred = make_apply(result.graphdef)(result.params, x)
+    ch = data.num_channels - 1
+    to_units = lambda v: np.asarray(v[0, :, ch]) * data.std[ch] + data.mean[ch]  # noqa: E731
+    hist = min(config.seq_len, 4 * config.pred_len)
+    t_in = np.arange(-hist, 0)
+    t_out = np.arange(config.pred_len)
+    plots.line_plot(path, {"history": (t_in, to_units(x)[-hist:]), "truth": (t_out, to_units(y)),
+                           "forecast": (t_out, to_units(pred))},
+                    title=f"{config.model} {config.setting}, test window {window}, {data.columns[ch]}",
+                    xlabel="step from forecast start", ylabel=data.columns[ch])
+
+
+def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str, Any]:
+    """The experiment entry point: train, evaluate, write metrics.json, metrics.jsonl and PNG plots."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "metrics.jsonl"
+    log_path.write_text("")
+
+    def log(row):
+        with open(log_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    result = train(config, log=log)
+    metrics = dict(result.metrics)
+    metrics["macs"] = count_macs(result.graphdef, result.params, config.seq_len, result.data.num_channels)
+    if config.plot:
+        plot_forecast(workdir / "forecast.png", result, config)
+        epochs = [h["epoch"] for h in result.history]
+        plots.line_plot(workdir / "loss.png",
+                        {"train": (epochs, [h["train_loss"] for h in result.history]),
+                         "val": (epochs, [h["val_loss"] for h in result.history])},
+                        title=f"{config.model} {config.setting} ({config.loss} loss)", xlabel="epoch", ylabel="loss")
+    (workdir / "config.json").write_text(json.dumps(to_dict(config), indent=1))
+    write_metrics(workdir, metrics)
+    return metrics
