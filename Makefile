@@ -1,0 +1,28 @@
+# The two commands of the quick start: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test install clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), f"Python 3.11+ needed, found {sys.version.split()[0]}: run make PYTHON=python3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Re-installs only when the packaging or the pins change.
+$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,data]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/iclr26 demo --workdir runs/demo
+
+test: install
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,60 @@
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from core import plots
+from core.results import claim, load_results, write_results
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _render_module():
+    spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_write_results_has_the_shared_format(tmp_path):
+    path = write_results("demo_bench", rows=[{"seed": 0, "mse": np.float32(0.25)}],
+                         claims=[claim("c1", "mse below 1", True, "0.25 < 1")], wall_seconds=1.234,
+                         command="python benchmarks/demo_bench.py", directory=tmp_path, scale="tiny")
+    record = json.loads(path.read_text())
+    assert set(record) == {"command", "git_commit", "wall_seconds", "rows", "claims", "scale"}
+    assert record["rows"] == [{"seed": 0, "mse": 0.25}] and record["wall_seconds"] == 1.23
+    assert load_results("demo_bench", tmp_path) == record
+    with pytest.raises(ValueError, match="missing keys \\['evidence'\\]"):
+        write_results("bad", rows=[], claims=[{"id": "x", "statement": "s", "held": True}], wall_seconds=0,
+                      directory=tmp_path)
+    with pytest.raises(FileNotFoundError, match="run the benchmark"):
+        load_results("absent", tmp_path)
+
+
+def test_render_fills_markers_from_the_json():
+    render = _render_module()
+    record = {"command": "python b.py", "git_commit": "abc", "wall_seconds": 3.0,
+              "rows": [{"model": "m", "mse": 0.123456}],
+              "claims": [claim("beats", "m beats n", False, "0.12 vs 0.11")]}
+    text = "a\n<!-- results:b -->\nold\n<!-- /results:b -->\n<!-- claims -->\n<!-- /claims -->\n"
+    out = render.render_text(text, {"b": record})
+    assert "| model | mse |\n|---|---|\n| m | 0.1235 |" in out
+    assert "| beats | m beats n | **not held** | 0.12 vs 0.11 |" in out
+    assert "**b** (0/1 held" in out and "old" not in out
+
+
+def test_committed_readmes_are_rendered_from_the_committed_results():
+    render = _render_module()
+    records = render.load_all()
+    stale = [str(p) for p in render.readmes() if render.render_text(p.read_text(), records) != p.read_text()]
+    assert not stale, f"run `python benchmarks/render.py`: out of date with benchmarks/results: {stale}"
+
+
+def test_plots_write_pngs(tmp_path):
+    x = np.arange(5)
+    for path in (plots.line_plot(tmp_path / "a.png", {"y": (x, x**2, x, x**2 + 1), "z": (x, x)}, logy=True),
+                 plots.bar_plot(tmp_path / "b.png", {"a": 1.0, "b": 2.0}, {"a": 0.1}),
+                 plots.image_grid(tmp_path / "c.png", np.zeros((3, 8, 8)), ncols=2, titles=["1", "2", "3"])):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
