@@ -1,0 +1,34 @@
+"""core.lm: a shared Qwen2/Llama-family decoder (model, HF weights, generation, hooks, tokenizer, kernels).
+
+See core/lm/README.md. The `tiny_lm` experiment trains a small decoder from scratch on a synthetic task.
+"""
+
+from core.lm.configs import LMConfig, RopeScaling, TinyLMConfig, tiny_presets
+from core.lm.generate import GenerateOutput, SamplingConfig, decode, generate, pad_prompts, prefill, sample_logits
+from core.lm.hooks import Capture, Hooks, PatchHead, Steer
+from core.lm.model import KVCache, Output, Transformer, abstract, apply, init, init_cache, read_kv, write_kv
+from core.lm.weights import load_hf, save_hf
+from core.registry import Experiment
+
+
+def _run(config, workdir):
+    from core.lm.train import run
+
+    return run(config, workdir)
+
+
+EXPERIMENT = Experiment(
+    name="tiny_lm",
+    paper=None,
+    title="core.lm: a tiny decoder trained from scratch on a synthetic task (reversal)",
+    presets=tiny_presets(),
+    run=_run,
+    runtimes={"tiny": "~15 s on 2 CPU cores", "demo": "~1-2 min on 2 CPU cores"},
+)
+
+__all__ = [
+    "LMConfig", "RopeScaling", "TinyLMConfig", "GenerateOutput", "SamplingConfig", "decode", "generate",
+    "pad_prompts", "prefill", "sample_logits", "Capture", "Hooks", "PatchHead", "Steer", "KVCache", "Output",
+    "Transformer", "abstract", "apply", "init", "init_cache", "read_kv", "write_kv", "load_hf", "save_hf",
+    "EXPERIMENT",
+]
