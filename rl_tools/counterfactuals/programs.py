@@ -1,0 +1,285 @@
+"""Programs with hidden latents: a tiny statement tree, its interpreter, and two renderings.
+
+A program is `f(x)` that draws its latents once (`r = random.randint(lo, hi)`), runs straight-line code,
+if/elif/else, while and for loops over one integer variable `y`, and returns `expr % m`. The same tree is
+rendered as Python source (what the benchmark ships and the sandbox executes) and as a compact
+space-separated token string (what the from-scratch model reads). The interpreter here is the generator's
+fast path; the verifier checks it against the rendered Python run in the sandbox (two implementations).
+
+Integer semantics are Python's: `%` floors (the result has the sign of the modulus), `//` floors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Union
+
+# --- expressions ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    name: str  # "x", "y", "i", "r", "r1", "r2", ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Const:
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Bin:
+    op: str  # "+", "-", "*", "%", "//"
+    left: "Expr"
+    right: "Expr"
+
+
+Expr = Union[Var, Const, Bin]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cmp:
+    op: str  # ">", "<", ">=", "<=", "==", "!="
+    left: Expr
+    right: Expr
+
+
+# --- statements ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Assign:
+    expr: Expr  # y = expr
+
+
+@dataclasses.dataclass(frozen=True)
+class If:
+    cond: Cmp
+    then: tuple
+    elifs: tuple = ()  # ((Cmp, block), ...)
+    orelse: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class While:
+    cond: Cmp
+    body: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class For:
+    count: Expr  # for i in range(count)
+    body: tuple
+
+
+Stmt = Union[Assign, If, While, For]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """`latents`: ((name, lo, hi), ...) drawn in order by `random.randint(lo, hi)`; `body` sets y;
+    the result is `ret % modulus`."""
+
+    latents: tuple
+    body: tuple
+    ret: Expr
+    modulus: int
+
+    @property
+    def latent_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.latents)
+
+
+OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "%": lambda a, b: a % b,
+    "//": lambda a, b: a // b,
+}
+CMPS = {
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+MAX_LOOP_STEPS = 200  # the generator only emits loops that end well before this
+
+
+class LoopLimitError(RuntimeError):
+    pass
+
+
+# --- interpreter ---------------------------------------------------------------------------------
+
+
+def _eval(e: Expr, env: dict) -> int:
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    return OPS[e.op](_eval(e.left, env), _eval(e.right, env))
+
+
+def _test(c: Cmp, env: dict) -> bool:
+    return CMPS[c.op](_eval(c.left, env), _eval(c.right, env))
+
+
+def _exec(block: tuple, env: dict, budget: list) -> None:
+    for s in block:
+        if isinstance(s, Assign):
+            env["y"] = _eval(s.expr, env)
+        elif isinstance(s, If):
+            if _test(s.cond, env):
+                _exec(s.then, env, budget)
+            else:
+                for cond, blk in s.elifs:
+                    if _test(cond, env):
+                        _exec(blk, env, budget)
+                        break
+                else:
+                    _exec(s.orelse, env, budget)
+        elif isinstance(s, While):
+            while _test(s.cond, env):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
+                _exec(s.body, env, budget)
+        elif isinstance(s, For):
+            n = _eval(s.count, env)
+            saved = env.get("i")
+            for i in range(n):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
+                env["i"] = i
+                _exec(s.body, env, budget)
+            if saved is not None:
+                env["i"] = saved
+        else:  # pragma: no cover - closed set of node types
+            raise TypeError(f"statement {s!r}: expected Assign, If, While or For")
+
+
+def run(program: Program, x: int, latents: tuple[int, ...]) -> int:
+    """f(x) with the latents fixed to `latents` (one value per latent, in draw order)."""
+    if len(latents) != len(program.latents):
+        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
+                         f"for {program.latent_names}")
+    env = {"x": int(x), "y": int(x)}
+    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    _exec(program.body, env, [MAX_LOOP_STEPS])
+    return _eval(program.ret, env) % program.modulus
+
+
+def latent_domain(program: Program) -> list[tuple[int, ...]]:
+    """Every joint latent value, in lexicographic order."""
+    out: list[tuple[int, ...]] = [()]
+    for _, lo, hi in program.latents:
+        out = [t + (v,) for t in out for v in range(lo, hi + 1)]
+    return out
+
+
+# --- Python rendering ----------------------------------------------------------------------------
+
+_PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
+
+
+def _py_expr(e: Expr, parent: int = 0, right: bool = False) -> str:
+    if isinstance(e, Const):
+        return str(e.value) if e.value >= 0 else f"({e.value})"
+    if isinstance(e, Var):
+        return e.name
+    p = _PREC[e.op]
+    text = f"{_py_expr(e.left, p)} {e.op} {_py_expr(e.right, p, True)}"
+    return f"({text})" if p < parent or (right and p == parent) else text
+
+
+def _py_cond(c: Cmp) -> str:
+    return f"{_py_expr(c.left)} {c.op} {_py_expr(c.right)}"
+
+
+def _py_block(block: tuple, indent: int) -> list[str]:
+    pad = "    " * indent
+    lines: list[str] = []
+    for s in block:
+        if isinstance(s, Assign):
+            lines.append(f"{pad}y = {_py_expr(s.expr)}")
+        elif isinstance(s, If):
+            lines.append(f"{pad}if {_py_cond(s.cond)}:")
+            lines += _py_block(s.then, indent + 1) or [f"{pad}    pass"]
+            for cond, blk in s.elifs:
+                lines.append(f"{pad}elif {_py_cond(cond)}:")
+                lines += _py_block(blk, indent + 1) or [f"{pad}    pass"]
+            if s.orelse:
+                lines.append(f"{pad}else:")
+                lines += _py_block(s.orelse, indent + 1)
+        elif isinstance(s, While):
+            lines.append(f"{pad}while {_py_cond(s.cond)}:")
+            lines += _py_block(s.body, indent + 1) or [f"{pad}    pass"]
+        elif isinstance(s, For):
+            lines.append(f"{pad}for i in range({_py_expr(s.count)}):")
+            lines += _py_block(s.body, indent + 1) or [f"{pad}    pass"]
+    return lines
+
+
+def to_python(program: Program, name: str = "f") -> str:
+    """Python source of `def f(x)`; the latents come from the module-level `random` (seeded, hidden)."""
+    lines = [f"def {name}(x):"]
+    for lname, lo, hi in program.latents:
+        lines.append(f"    {lname} = random.randint({lo}, {hi})")
+    lines.append("    y = x")
+    lines += _py_block(program.body, 1)
+    lines.append(f"    return ({_py_expr(program.ret)}) % {program.modulus}")
+    return "\n".join(lines) + "\n"
+
+
+# --- compact token rendering ---------------------------------------------------------------------
+
+
+def _tok_expr(e: Expr) -> list[str]:
+    """Prefix (Polish) notation: no parentheses needed, short sequences."""
+    if isinstance(e, Const):
+        return [str(e.value)]
+    if isinstance(e, Var):
+        return [e.name]
+    return [e.op, *_tok_expr(e.left), *_tok_expr(e.right)]
+
+
+def _tok_cond(c: Cmp) -> list[str]:
+    return [c.op, *_tok_expr(c.left), *_tok_expr(c.right)]
+
+
+def _tok_block(block: tuple) -> list[str]:
+    out: list[str] = []
+    for s in block:
+        if isinstance(s, Assign):
+            out += ["y=", *_tok_expr(s.expr), ";"]
+        elif isinstance(s, If):
+            out += ["if", *_tok_cond(s.cond), "{", *_tok_block(s.then), "}"]
+            for cond, blk in s.elifs:
+                out += ["elif", *_tok_cond(cond), "{", *_tok_block(blk), "}"]
+            if s.orelse:
+                out += ["else", "{", *_tok_block(s.orelse), "}"]
+        elif isinstance(s, While):
+            out += ["while", *_tok_cond(s.cond), "{", *_tok_block(s.body), "}"]
+        elif isinstance(s, For):
+            out += ["for", *_tok_expr(s.count), "{", *_tok_block(s.body), "}"]
+    return out
+
+
+def to_tokens(program: Program) -> list[str]:
+    """Compact rendering, e.g. `r 1 9 | if > y r { y= * y 3 ; } else { y= + y 4 ; } ret % y 7`."""
+    out: list[str] = []
+    for lname, lo, hi in program.latents:
+        out += [lname, str(lo), str(hi)]
+    out.append("|")
+    out += _tok_block(program.body)
+    out += ["ret", *_tok_expr(program.ret), "mod", str(program.modulus)]
+    return out
+
+
+def skeleton(program: Program) -> str:
+    """The structure with every constant blanked: used for template ids and train/OOD separation checks."""
+    return " ".join("C" if t.lstrip("-").isdigit() else t for t in to_tokens(program))
