@@ -8,6 +8,7 @@ import os
 import pathlib
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,8 @@ def _fmt(value: Any) -> str:
 
 
 def _headline(metrics: dict[str, Any], limit: int = 4) -> str:
+    if "FAILED" in metrics:
+        return f"FAILED: {metrics['FAILED']}"[:120]
     items = [(k, v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return ", ".join(f"{k}={_fmt(v)}" for k, v in items[:limit])
 
@@ -144,10 +147,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(note + "\n")
     root = _prepare_workdir(args.workdir)
     summary = []
+    failed = []
     for exp in methods:
         print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {exp.demo_preset}",
               flush=True)
-        metrics, workdir, seconds = run_experiment(exp.name, exp.demo_preset, [], root / exp.name)
+        start = time.perf_counter()
+        try:
+            metrics, workdir, seconds = run_experiment(exp.name, exp.demo_preset, [], root / exp.name)
+        except Exception as err:  # one broken demo must not hide the others; reported and exit status 1
+            traceback.print_exc()
+            failed.append(exp.name)
+            metrics, workdir, seconds = {"FAILED": f"{type(err).__name__}: {err}"}, root / exp.name, \
+                time.perf_counter() - start
         summary.append({"experiment": exp.name, "paper": exp.paper, "title": exp.title,
                         "preset": exp.demo_preset, "seconds": round(seconds, 1), "metrics": metrics,
                         "workdir": str(workdir)})
@@ -155,6 +166,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print()
     print(render_report(root))
     print(f"\nwrote {root}/report.md")
+    if failed:
+        print(f"iclr26: error: the demo of {', '.join(failed)} failed (traceback above)", file=sys.stderr)
+        return 1
     return 0
 
 

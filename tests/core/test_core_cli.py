@@ -106,3 +106,19 @@ def test_sigkilled_run_resumes_to_bitwise_equal_parameters(tmp_path):
     subprocess.run(command + ["--workdir", str(tmp_path / "straight")], env=env, check=True, capture_output=True)
     for a, b in zip(_checkpoint_params(killed, config), _checkpoint_params(tmp_path / "straight", config)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_demo_prints_the_summary_table_and_writes_the_report(capsys, tmp_path, monkeypatch):
+    from core import registry
+    tiny = {**registry.experiments()}
+    regression = tiny["regression"]
+    import dataclasses
+    # the demo of the built-in example, at its tiny preset to keep the suite fast
+    monkeypatch.setattr(registry, "experiments",
+                        lambda: {"regression": dataclasses.replace(regression, demo_preset="tiny")})
+    code, out, _ = _run_cli(capsys, "demo", "--workdir", str(tmp_path))
+    assert code == 0
+    assert "No paper's method has landed yet" in out
+    assert "regression  -      tiny" in out and "eval_mse=" in out
+    report = (tmp_path / "report.md").read_text()
+    assert "| regression | - | tiny |" in report and "![loss](regression/loss.png)" in report

@@ -69,3 +69,4 @@ def test_one_device_and_eight_devices_give_the_same_loss_curve(tmp_path, devices
     assert len(curve_one) == config.steps // config.log_every
     np.testing.assert_allclose(curve_eight, curve_one, rtol=1e-5, atol=1e-5)
     assert abs(one["eval_mse"] - eight["eval_mse"]) < 1e-5
+    assert one["eval_mse"] < 0.1, "the tiny preset should learn (target variance is about 0.5)"
