@@ -1,0 +1,15 @@
+"""DEDUCE (ICLR 2026, paper 16): detect negative transfer, decide, unlearn (LUM) and reclaim capacity (GUM),
+on top of ER, DER++ and online EWC, in a vmapped continual-learning trainer."""
+
+from core.registry import Experiment
+from optimization.deduce.configs import ARMS, PRESETS, Config, DataConfig, DeduceConfig, ModelConfig, TrainConfig
+from optimization.deduce.train import aggregate, make_runs, run, run_stream
+
+EXPERIMENT = Experiment(
+    name="deduce", paper=16,
+    title="DEDUCE: detect, decide, unlearn: transfer-aware continual learning (ER / DER++ + LUM + GUM)",
+    presets=PRESETS, run=run,
+    runtimes={"tiny": "~20 s on 2 CPU cores", "demo": "~40 s on 2 CPU cores"})
+
+__all__ = ["ARMS", "PRESETS", "Config", "DataConfig", "DeduceConfig", "ModelConfig", "TrainConfig",
+           "EXPERIMENT", "aggregate", "make_runs", "run", "run_stream"]
