@@ -1,0 +1,100 @@
+"""The compact token language for the from-scratch model: vocabulary, prompts, answers, training rows.
+
+A prompt is the program's compact rendering (`programs.to_tokens`) followed by the query:
+
+- counterfactual:  `<prog> obs x0 -> y0 ask x1 ?`
+- interventional:  `<prog> obs x0 -> y0 given r 5 ask x1 ?`
+- factual:         `<prog> given r 5 ask x0 ?`
+
+and the answer is the sorted set, e.g. `2 5 <eos>`. The word-level vocabulary is fixed (about 80 tokens), so
+the tokenizer needs no training and a prompt string maps to the same ids everywhere (model, server, tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from rl_tools.counterfactuals import programs as P
+from rl_tools.counterfactuals.generate import VARIANTS, Item
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+MAX_NUMBER = 40
+WORDS = (PAD, BOS, EOS, UNK, "x", "y", "i", "r", "r1", "r2", "r3", "|", "y=", ";", "if", "elif", "else", "while",
+         "for", "{", "}", "ret", "mod", "+", "-", "*", "%", "//", ">", "<", ">=", "<=", "==", "!=", "obs", "->",
+         "given", "ask", "?", *(str(n) for n in range(MAX_NUMBER + 1)))
+
+
+class CompactTokenizer:
+    """Whitespace word-level tokenizer over `WORDS` (unknown words map to `<unk>`)."""
+
+    def __init__(self):
+        self.words = WORDS
+        self.ids = {w: i for i, w in enumerate(WORDS)}
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = (self.ids[w] for w in (PAD, BOS, EOS, UNK))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.words)
+
+    def encode(self, text: str | Sequence[str], *, add_bos: bool = True) -> list[int]:
+        words = text.split() if isinstance(text, str) else list(text)
+        return ([self.bos_id] if add_bos else []) + [self.ids.get(w, self.unk_id) for w in words]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i not in (self.pad_id, self.bos_id):
+                out.append(self.words[i] if 0 <= i < len(self.words) else UNK)
+        return " ".join(out)
+
+
+def prompt_words(item: Item, variant: str) -> list[str]:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r}: expected one of {VARIANTS}")
+    given: list[str] = []
+    for name, v in zip(item.program.latent_names, item.r_true):
+        given += [name, str(v)]
+    prog = P.to_tokens(item.program)
+    if variant == "counterfactual":
+        return [*prog, "obs", str(item.x0), "->", str(item.y0), "ask", str(item.x1), "?"]
+    if variant == "interventional":
+        return [*prog, "obs", str(item.x0), "->", str(item.y0), "given", *given, "ask", str(item.x1), "?"]
+    return [*prog, "given", *given, "ask", str(item.x0), "?"]
+
+
+def prompt_text(item: Item, variant: str) -> str:
+    return " ".join(prompt_words(item, variant))
+
+
+def answer_words(values: Iterable[int]) -> list[str]:
+    return [str(v) for v in sorted(set(values))]
+
+
+def check_in_vocab(words: Sequence[str]) -> None:
+    bad = sorted({w for w in words if w not in set(WORDS)})
+    if bad:
+        raise ValueError(f"tokens {bad}: expected words of the compact vocabulary (numbers 0..{MAX_NUMBER})")
+
+
+def examples(items: Sequence[Item], variants: Sequence[str], tok: CompactTokenizer
+             ) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids + eos) for every item and variant."""
+    out = []
+    for item in items:
+        for v in variants:
+            words = prompt_words(item, v)
+            ans = answer_words(item.answer(v))
+            check_in_vocab(words + ans)
+            out.append((tok.encode(words), tok.encode(ans, add_bos=False) + [tok.eos_id]))
+    return out
+
+
+def to_rows(examples_: Sequence[tuple[list[int], list[int]]], seq_len: int) -> dict[str, np.ndarray]:
+    """Right-padded rows: inputs, targets, loss_mask (answer tokens), segment_ids (core.lm.losses format)."""
+    from core.lm import data as lm_data
+    return lm_data.pack(examples_, seq_len)
