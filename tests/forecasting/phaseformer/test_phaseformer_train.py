@@ -1,0 +1,119 @@
+"""Training: the tiny preset end to end (2 epochs), a sharded step on 8 fake devices, schedules, config errors."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from core.config import ConfigError, apply_overrides
+from forecasting import data as data_lib
+from forecasting.phaseformer import EXPERIMENT, configs, losses, train
+from forecasting.phaseformer import model as model_lib
+from helpers import assert_trees_close
+
+
+def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):
+    config = EXPERIMENT.presets["tiny"]
+    metrics = train.train_and_evaluate(config, tmp_path)
+    assert metrics["epochs_run"] == 2
+    assert metrics["test_windows"] == 2880 - 24 + 1  # every test window, no drop_last
+    assert np.isfinite(metrics["mse"]) and 0 < metrics["mse"] < 3
+    assert metrics["params"] == model_lib.count_params(train.build_model(config, jax.random.key(0)))
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["mse"] == pytest.approx(metrics["mse"])
+    assert (tmp_path / "forecast.png").stat().st_size > 0 and (tmp_path / "loss.png").stat().st_size > 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert rows[1]["train_loss"] < rows[0]["train_loss"] * 1.5
+
+
+def _small_setup():
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], dropout=0.0)
+    model = train.build_model(config, jax.random.key(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    tx = train.make_optimizer(config)
+    return config, graphdef, params, tx
+
+
+def test_sharded_step_equals_single_device(devices):
+    config, graphdef, params, tx = _small_setup()
+    step = train.make_train_step(config, graphdef, tx)
+    x = jax.random.normal(jax.random.key(1), (16, config.seq_len, 7))
+    y = jax.random.normal(jax.random.key(2), (16, config.pred_len, 7))
+    mask = jnp.ones(16).at[-3:].set(0.0)
+    opt_state = tx.init(params)
+    single = jax.jit(step)(params, opt_state, x, y, mask, jax.random.key(3))
+    mesh = jax.make_mesh((8,), ("data",), devices=devices)
+    shard = NamedSharding(mesh, PartitionSpec("data"))
+    repl = NamedSharding(mesh, PartitionSpec())
+    xs, ys, ms = jax.device_put(x, shard), jax.device_put(y, shard), jax.device_put(mask, shard)
+    ps, os_ = jax.device_put(params, repl), jax.device_put(opt_state, repl)
+    sharded = jax.jit(step, out_shardings=repl)(ps, os_, xs, ys, ms, jax.random.key(3))
+    assert_trees_close(jax.device_get(sharded[0]), jax.device_get(single[0]), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(sharded[2], single[2], rtol=1e-5)
+
+
+def test_masked_batch_equals_unpadded_batch():
+    config, graphdef, params, _ = _small_setup()
+    loss_fn = train.make_loss_fn(config, graphdef)
+    x = jax.random.normal(jax.random.key(1), (5, config.seq_len, 2))
+    y = jax.random.normal(jax.random.key(2), (5, config.pred_len, 2))
+    padded = loss_fn(params, x, y, jnp.array([1.0, 1, 1, 0, 0]), None)[0]
+    plain = loss_fn(params, x[:3], y[:3], jnp.ones(3), None)[0]
+    np.testing.assert_allclose(padded, plain, rtol=1e-6)
+
+
+def test_eval_counts_every_window():
+    config, graphdef, params, _ = _small_setup()
+    series = jax.random.normal(jax.random.key(0), (config.seq_len + config.pred_len + 9, 3))  # 10 windows
+    evaluate = train.make_eval_fn(dataclasses.replace(config, eval_batch_size=4), graphdef, 10)
+    out = evaluate(params, series)
+    x, y = data_lib.windows(series, jnp.arange(10), config.seq_len, config.pred_len)
+    pred = train.make_apply(graphdef)(params, x)
+    np.testing.assert_allclose(out["mse"], jnp.mean((pred - y) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(out["loss"], jnp.mean(losses.huber(pred, y)), rtol=1e-5)
+
+
+def test_huber_matches_definition():
+    err = jnp.array([-3.0, -1.0, -0.5, 0.0, 0.2, 1.0, 2.5])
+    expected = [2.5, 0.5, 0.125, 0.0, 0.02, 0.5, 2.0]
+    np.testing.assert_allclose(losses.huber(err, 0.0, 1.0), expected, rtol=1e-6)
+
+
+def test_learning_rate_schedules():
+    base = configs.sparsetsf("ETTh1", 96)
+    assert [train.lr_for_epoch(base, e) for e in range(6)] == pytest.approx(
+        [0.02, 0.02, 0.02, 0.02, 0.016, 0.0128])
+    dl = configs.dlinear("ETTh1", 96)
+    assert [train.lr_for_epoch(dl, e) for e in range(4)] == pytest.approx([5e-3, 5e-3, 2.5e-3, 1.25e-3])
+    assert train.lr_for_epoch(configs.phaseformer("ETTh1", 96), 20) == 1e-3
+
+
+def test_config_errors_and_overrides():
+    config = EXPERIMENT.presets["etth1_96"]
+    assert apply_overrides(config, ["use_kernel=true"]).use_kernel is True
+    with pytest.raises(ConfigError, match="latent_dim=6: expected a multiple of num_heads=4"):
+        apply_overrides(config, ["latent_dim=6"])
+    with pytest.raises(ConfigError, match="dropout=1.5"):
+        apply_overrides(config, ["dropout=1.5"])
+    with pytest.raises(ConfigError, match="weights"):
+        apply_overrides(config, ["weights=middle"])
+    with pytest.raises(ValueError, match="setting ETTh3-96"):
+        configs.phaseformer("ETTh3", 96)
+
+
+def test_presets_cover_every_setting_and_ambiguities():
+    presets = EXPERIMENT.presets
+    for d in configs.DATASETS:
+        for h in configs.HORIZONS:
+            for prefix in ("", "sparsetsf_", "dlinear_"):
+                assert f"{prefix}{d.lower()}_{h}" in presets
+    assert presets["etth1_720"].lr == 1e-4 and presets["etth1_96"].batch_size == 256
+    assert presets["ettm1_96"].batch_size == 16 and presets["ettm1_96"].num_layers == 2
+    assert presets["ettm1_336_variant"].num_layers == 2 and presets["ettm1_96_variant"].num_layers == 1
+    assert presets["etth1_96"].weights == "best"
