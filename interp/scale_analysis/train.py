@@ -152,8 +152,16 @@ def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, width
                      for j in range(len(ps))] for s in range(tr.shape[0])])
     pred = theory.predict(arch, d, widths)
     finite = [p for p in p_star_seeds if np.isfinite(p)]
+    eq_gap = float(np.nanmax(gap))
     row = {
-        "sweep": sweep, "arch": arch, "d": d, "widths": list(widths), "P": ps,
+        "sweep": sweep, "arch": arch, "d": d, "N": "x".join(str(w) for w in widths),
+        "P_range": f"{ps[0]}-{ps[-1]}",
+        "P*": round(float(np.exp(np.mean(np.log(finite)))), 1) if finite else None,
+        "P*/E_min": round(float(np.exp(np.mean(np.log(finite)))) / pred.energy, 2) if finite else None,
+        "E_min": round(pred.energy, 2), "pattern": pred.pattern,
+        "A_f@Pmax": round(float(a_seed.mean(0)[-1]), 3),
+        "init_gap": round(eq_gap, 3),
+        "widths": list(widths), "P": ps,
         "A_f": _r(a_seed.mean(0)), "A_f_seeds": _r(a_seed), "A_f_by_init": _r(a.mean(0).T),
         "test_mse": _r(post["test_mse"].mean(axis=(0, 2))),
         "kernel_drift": _r(post["kernel_drift"].mean(axis=(0, 2))),
