@@ -228,13 +228,13 @@ class TinyLMConfig:
     num_train: int = 20000
     num_eval: int = 256
     batch_size: int = 32
-    steps: int = 1500
+    steps: int = 600
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.01
     seed: int = 0
     log_every: int = 100
-    eval_every: int = 500
+    eval_every: int = 200
 
     def __post_init__(self):
         _check(self.task in ("reverse", "kv_recall"), "task", self.task, "'reverse' or 'kv_recall'")

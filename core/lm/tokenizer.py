@@ -84,7 +84,7 @@ def train_word_level(texts: Iterable[str], *, specials: Sequence[str] = DEFAULT_
     """A whitespace/punctuation word-level tokenizer over every word in `texts` (for synthetic tasks)."""
     tok = HFTokenizer(models.WordLevel(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
     tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=list(specials), min_frequency=1))
     return Tokenizer(tok)
 

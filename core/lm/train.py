@@ -72,8 +72,8 @@ def run(config: TinyLMConfig, workdir: pathlib.Path | str) -> dict[str, float]:
     t0 = time.time()
     rows, evals, eval_rows = make_datasets(config)
     graphdef, params = model_lib.init(config.model, jax.random.key(config.seed))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, min(config.warmup, config.steps),
-                                                  config.steps, config.lr * 0.05)
+    warmup = min(config.warmup, max(config.steps // 5, 1))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, warmup, config.steps, config.lr * 0.05)
     tx = optax.chain(optax.clip_by_global_norm(1.0),
                      optax.adamw(schedule, b2=0.98, weight_decay=config.weight_decay))
     state = train_lib.init_train_state(params, tx, jax.random.key(config.seed))

@@ -54,8 +54,8 @@ def test_model_sharded_forward_equals_single_device(tmp_path, devices):
     assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
     assert len(q.addressable_shards) == 8 and q.addressable_shards[0].data.shape == (32, 2, 4)
     assert sharded["lm_head"][...].sharding.spec == jax.sharding.PartitionSpec(None, "model")
-    single = model_lib.apply(graphdef, params, TOKENS).logits
     apply = jax.jit(model_lib.apply, static_argnums=0)
+    single = apply(graphdef, params, TOKENS).logits
     out = apply(g2, sharded, TOKENS).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(single), atol=1e-5, rtol=1e-5)
     again = shard_params(params, mesh)
