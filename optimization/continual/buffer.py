@@ -33,31 +33,34 @@ def init_buffer(capacity: int, input_shape: tuple[int, ...], num_classes: int) -
 
 def reservoir_add(buf: Buffer, x: jax.Array, y: jax.Array, logits: jax.Array, task: jax.Array,
                   key: jax.Array, size: jax.Array | int, valid: jax.Array | None = None) -> Buffer:
-    """Offer a batch to the reservoir, example by example, so each seen example is kept with prob size/n.
+    """Offer a batch to the reservoir, as if example by example: each seen example is kept with prob size/n.
 
     x: (B, *input_shape); y: (B,); logits: (B, C); task: () int; size: effective capacity (<= capacity);
     valid: optional (B,) bool, examples with False are not offered.
     """
-    size = jnp.minimum(jnp.asarray(size, jnp.int32), buf.y.shape[0])
+    capacity = buf.y.shape[0]
+    size = jnp.minimum(jnp.asarray(size, jnp.int32), capacity)
     batch = x.shape[0]
     valid = jnp.ones((batch,), bool) if valid is None else valid
+    # example i is the n_i-th offered (n_i counts only valid examples), kept in slot n_i while the buffer
+    # fills, else in a uniform slot of [0, n_i] when that slot is < size (Vitter's algorithm R)
+    n_i = buf.n_seen + jnp.cumsum(valid.astype(jnp.int32)) - valid.astype(jnp.int32)
     keys = jax.random.split(key, batch)
+    j = jax.vmap(lambda k, n: jax.random.randint(k, (), 0, n + 1))(keys, n_i)
+    slot = jnp.where(n_i < size, n_i, j)
+    write = valid & (slot < size)
+    # sequential semantics in one scatter: a write is dropped when a later example of the batch takes its slot
+    later = jnp.arange(batch)[None, :] > jnp.arange(batch)[:, None]
+    overwritten = jnp.any(later & (slot[None, :] == slot[:, None]) & write[None, :], axis=1)
+    write = write & ~overwritten
+    slot = jnp.where(write, slot, capacity)  # out of range: dropped by the scatter
 
-    def body(i, b: Buffer) -> Buffer:
-        n = b.n_seen
-        j = jax.random.randint(keys[i], (), 0, jnp.maximum(n + 1, 1))
-        slot = jnp.where(n < size, n, j)
-        write = valid[i] & (slot < size)
-        slot = jnp.where(write, slot, 0)
+    def put(arr, val):
+        return arr.at[slot].set(val.astype(arr.dtype), mode="drop")
 
-        def put(arr, val):
-            return arr.at[slot].set(jnp.where(write, val, arr[slot]))
-
-        return Buffer(x=put(b.x, x[i]), y=put(b.y, y[i]), logits=put(b.logits, logits[i]),
-                      task=put(b.task, jnp.asarray(task, jnp.int32)),
-                      n_seen=n + valid[i].astype(jnp.int32))
-
-    return jax.lax.fori_loop(0, batch, body, buf)
+    return Buffer(x=put(buf.x, x), y=put(buf.y, y), logits=put(buf.logits, logits),
+                  task=put(buf.task, jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))),
+                  n_seen=buf.n_seen + jnp.sum(valid.astype(jnp.int32)))
 
 
 def sample_indices(buf: Buffer, key: jax.Array, n: int, size: jax.Array | int,

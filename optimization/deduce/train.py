@@ -45,9 +45,13 @@ class RunState(NamedTuple):
     resets: jax.Array         # GUM unit resets in the current task
 
 
-def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = None
+def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = None,
+              arm_overrides: Mapping[str, Mapping[str, float]] | None = None
               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Enumerate runs and their hyper-parameters: returns (descriptions, {field: (R,) array})."""
+    """Enumerate runs and their hyper-parameters: returns (descriptions, {field: (R,) array}).
+
+    variants: hyper-parameter overrides crossed with every arm; arm_overrides: per-arm overrides (e.g. the
+    (delta, epsilon) selected for that arm on the validation split)."""
     variants = list(variants) if variants else [{}]
     tr, dd = config.train, config.deduce
     runs, rows = [], []
@@ -67,8 +71,13 @@ def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = N
                     unknown = set(variant) - set(hp)
                     if unknown:
                         raise ValueError(f"variant keys {sorted(unknown)}, expected a subset of {HP_FIELDS}")
+                    own = dict((arm_overrides or {}).get(arm, {}))
+                    unknown |= set(own) - set(hp)
+                    if unknown:
+                        raise ValueError(f"variant keys {sorted(unknown)}, expected a subset of {HP_FIELDS}")
+                    hp.update(own)
                     hp.update(variant)
-                    runs.append(dict(arm=arm, buffer=buf, seed=config.seed + s, variant=v_index, **variant))
+                    runs.append(dict(arm=arm, buffer=buf, seed=config.seed + s, variant=v_index, **own, **variant))
                     rows.append(hp)
     hps = {k: np.array([r[k] for r in rows], np.float32) for k in HP_FIELDS}
     return runs, hps
@@ -274,7 +283,8 @@ def _host(x):
 
 
 def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
-               variants: Sequence[Mapping[str, float]] | None = None, mesh: jax.sharding.Mesh | None = None,
+               variants: Sequence[Mapping[str, float]] | None = None,
+               arm_overrides: Mapping[str, Mapping[str, float]] | None = None, mesh: jax.sharding.Mesh | None = None,
                stop_after_chunks: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Train every run over the whole stream; returns per-run accuracy matrices and summaries.
 
@@ -285,7 +295,7 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
     t0 = time.time()
     stream = make_stream(config.data, flatten=not config.model.conv)
     stacked = stack_stream(stream)
-    runs, hps = make_runs(config, variants)
+    runs, hps = make_runs(config, variants, arm_overrides)
     num_runs = len(runs)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec as P
