@@ -79,6 +79,39 @@ class StochasticEnv:
         return loss, mean
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FixedMeansEnv:
+    """Stochastic bandit with given per-agent means (a tuple of V tuples of K floats), clipped Gaussian noise."""
+
+    means: tuple[tuple[float, ...], ...]
+    noise_sd: float = 0.1
+
+    def __post_init__(self):
+        mu = np.asarray(self.means, dtype=float)
+        if mu.ndim != 2:
+            raise ValueError(f"means must be V rows of K floats, got shape {mu.shape}")
+        _check_sizes(*mu.shape)
+        if np.any((mu < 0) | (mu > 1)):
+            raise ValueError("means must lie in [0, 1]")
+
+    @property
+    def V(self) -> int:
+        return len(self.means)
+
+    @property
+    def K(self) -> int:
+        return len(self.means[0])
+
+    def init(self, key: jax.Array) -> dict:
+        del key
+        mu = jnp.asarray(self.means, jnp.float32)
+        return {"mu": mu, "mean": jnp.mean(clipped_normal_mean(mu, self.noise_sd), 0)}
+
+    def step(self, params: dict, t: jax.Array, key: jax.Array):
+        z = jax.random.normal(key, params["mu"].shape)
+        return jnp.clip(params["mu"] + self.noise_sd * z, 0.0, 1.0), params["mean"]
+
+
 def _agent_offsets(key, V, K, scale):
     """Heterogeneous per-agent offsets in [-scale, scale] with zero mean over agents (for every arm)."""
     o = jax.random.uniform(key, (V, K), minval=-1.0, maxval=1.0)
@@ -139,8 +172,8 @@ class SwitchingEnv:
 class FTLTrapEnv:
     """The oblivious sequence that defeats follow-the-leader, made heterogeneous.
 
-    Global losses of arms 0 and 1: round 1 (lo + span/2, lo); then arm 0 gets lo + span on even rounds and
-    lo on odd ones, arm 1 the reverse, so the leader flips every round and FTL always picks the arm about
+    Global losses of arms 0 and 1: round 1 (lo + span/2, lo); then arm 1 gets lo + span on even rounds and
+    lo on odd ones, arm 0 the reverse, so the leader flips every round and FTL always picks the arm about
     to lose.  The other arms get lo + span.  Agents see these plus zero-mean offsets (|o| <= hetero).
     """
 
@@ -162,8 +195,8 @@ class FTLTrapEnv:
     def step(self, params: dict, t: jax.Array, key: jax.Array):
         del key
         even = (t % 2) == 0
-        a0 = jnp.where(t == 1, 0.5, jnp.where(even, 1.0, 0.0))
-        a1 = jnp.where(t == 1, 0.0, jnp.where(even, 0.0, 1.0))
+        a0 = jnp.where(t == 1, 0.5, jnp.where(even, 0.0, 1.0))
+        a1 = jnp.where(t == 1, 0.0, jnp.where(even, 1.0, 0.0))
         pattern = jnp.concatenate([jnp.stack([a0, a1]), jnp.ones((self.K - 2,))])
         mean = self.lo + self.span * pattern
         return mean[None, :] + params["offset"], mean
