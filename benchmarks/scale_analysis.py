@@ -57,7 +57,25 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-minutes", type=float, default=None,
                     help="stop after the point that passes this wall-clock budget (its rows are kept)")
     ap.add_argument("--out-dir", default=None, help="results directory (default benchmarks/results)")
+    ap.add_argument("--claims-only", action="store_true",
+                    help="recompute claims, fits and plots from the rows already in the results JSON (no sampling)")
     args = ap.parse_args(argv)
+    if args.claims_only:
+        import json
+        out_dir = pathlib.Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "results"
+        record = json.loads((out_dir / f"{NAME}.json").read_text())
+        claims, fits = train.make_claims(record["rows"])
+        extra = {k: v for k, v in record.items()
+                 if k not in ("command", "git_commit", "wall_seconds", "rows", "claims", "fits")}
+        extra.setdefault("rows_sampled_at_commit", record["git_commit"])
+        path = write_results(NAME, rows=record["rows"], claims=claims, wall_seconds=record["wall_seconds"],
+                             command=record["command"], fits=fits, directory=out_dir, **extra)
+        train.plot({"rows": record["rows"], "fits": fits}, out_dir, prefix=f"{NAME}_")
+        if out_dir == ROOT / "benchmarks" / "results":
+            render_readme(path)
+        for c in claims:
+            print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
+        return 0
     cfg = bench() if args.preset == "bench" else configs.PRESETS[args.preset]
     cfg = core_config.apply_overrides(cfg, args.overrides)
     out_dir = pathlib.Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "results"

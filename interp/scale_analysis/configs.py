@@ -117,7 +117,7 @@ def tiny() -> Config:
 def demo() -> Config:
     """~1 minute on 2 CPU cores: the two-layer P*-against-d sweep at d in {8, 16}; expected A_f rising from ~0
     at P = 4d to ~0.6 at P = 64d. `iclr26 run scale-analysis --preset demo`."""
-    return Config(n_seeds=1, n_test=512, n_probe=64, sweeps=("two_d",), p_over_d=(4.0, 16.0, 64.0),
+    return Config(n_seeds=1, n_test=512, n_probe=64, sweeps=("two_d",), p_over_d=(4.0, 16.0, 64.0), bucket_ratio=16.0,
                   two_d=(8, 16), two_width_ratio=0.5, sampler=SamplerConfig(n_records=10, record_every=150))
 
 

@@ -161,12 +161,19 @@ def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, mask: jax.Ar
     return 0.5 * jnp.sum(mask * r * r) / kappa + 0.5 * prior
 
 
+def training_data(key: jax.Array, p_max: int, w_star: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """p_max training pairs; row i is drawn from fold_in(key, i), so the first P rows do not depend on p_max."""
+    x = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), w_star.shape))(jnp.arange(p_max))
+    return x, data_lib.target(x, w_star)
+
+
 def make_sweep(problem: Problem, *, p_max: int, n_records: int, record_every: int, step_size: float,
                friction: float, curvature: float, n_planted: int) -> Callable[..., dict[str, jax.Array]]:
     """A jitted sweep(seed_keys (B,), p_values (B,), planted (B,) bool) -> traces {name: (B, n_records)}.
 
-    Chains with the same seed key share their training data (the first P rows of one (p_max, d) draw), so
-    sample sizes are nested; each chain has its own Langevin noise.
+    Chains with the same seed key share their training data (row i is drawn from fold_in(seed key, i), so
+    the first P rows are the same whatever p_max: sample sizes are nested across calls); each chain has its
+    own Langevin noise.
     """
     if p_max < 1:
         raise ValueError(f"p_max={p_max!r}: expected >= 1")
@@ -175,7 +182,7 @@ def make_sweep(problem: Problem, *, p_max: int, n_records: int, record_every: in
 
     def chain(seed_key, p_value, is_planted):
         kd, ki, kn = jax.random.split(seed_key, 3)
-        x, y = data_lib.sample(kd, p_max, problem.w_star)
+        x, y = training_data(kd, p_max, problem.w_star)
         mask = (jnp.arange(p_max) < p_value).astype(x.dtype)
         ki = jax.random.fold_in(ki, is_planted.astype(jnp.int32))
         q_prior = model_lib.init_params(ki, problem.arch, problem.d, problem.widths)

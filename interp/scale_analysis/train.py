@@ -280,6 +280,16 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
             in_ci(fit, 1.0), f"fitted slope of log P* on log E_min: {_fmt_fit(fit)} vs 1"))
     rs = by["two_n"]
     if rs:
+        xs, ys = _seed_points(rs, lambda r: r["widths"][0])
+        fit = loglog_fit(xs, ys)
+        pred = _pred_slope(rs, lambda r: r["widths"][0], lambda r: r["predicted"]["energy"])
+        fit["predicted"] = pred
+        fits["two_n_p_star_vs_n"] = fit
+        claims.append(_claim(
+            "two_layer_p_star_vs_width",
+            f"two-layer P* grows like the predicted N^{pred:.2f} at fixed d={rs[0]['d']} (2 sqrt(N d))",
+            in_ci(fit, pred), f"fitted {_fmt_fit(fit)} vs predicted {pred:.2f}; P* by N: "
+                              f"{ {r['widths'][0]: r['p_star'] for r in rs} }"))
         xs, ys = [], []
         for r in rs:
             for c in r["spec1_at_p_star_seeds"]:

@@ -59,3 +59,15 @@ def test_config_errors():
     with pytest.raises(ValueError, match="sweep"):
         train.sweep_points(configs.tiny(), "nope")
     assert apply_overrides(configs.tiny(), ["kappa=0.5"]).kappa == 0.5
+
+
+
+def test_training_rows_are_nested_across_buckets():
+    """Row i of a seed's training data does not depend on the bucket's p_max: sample sizes are nested."""
+    w_star = jnp.eye(4)[0]
+    key = sample.split_seed_keys(0, 1)[0]
+    x8, y8 = sample.training_data(key, 8, w_star)
+    x3, y3 = sample.training_data(key, 3, w_star)
+    np.testing.assert_array_equal(np.asarray(x8[:3]), np.asarray(x3))
+    np.testing.assert_array_equal(np.asarray(y8[:3]), np.asarray(y3))
+    assert x8.shape == (8, 4) and not np.allclose(np.asarray(x8[3]), np.asarray(x8[4]))
