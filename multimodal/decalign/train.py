@@ -1,0 +1,253 @@
+"""Training and evaluation: a pure jitted step, whole epochs as one `lax.scan`, runs (variants x seeds) vmapped.
+
+`train_and_evaluate(config, workdir)` trains every requested ablation variant for `train.seeds` seeds at
+once (one compiled program; the loss-term switches are traced arrays), evaluates validation and test sets
+after each epoch, selects each run's epoch by validation loss only (with early stopping after `patience`
+epochs without improvement), and writes metrics.json and plots into the workdir.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from core.plots import bar_plot, line_plot
+from core.train import TrainState, write_metrics
+
+from . import losses as L
+from .configs import VARIANTS, Config
+from .data import MODALITIES, prepare
+from .metrics import classification_metrics, regression_metrics
+from .model import DecAlign
+
+TERMS = ("dec", "hetero", "homo", "ct")
+
+
+def input_dims(data: dict) -> tuple[int, int, int]:
+    return tuple(int(data["train"][m].shape[-1]) for m in MODALITIES)
+
+
+def make_model(config: Config, dims: tuple[int, int, int]):
+    """(graphdef, init_params(key) -> params): the graph is split once, parameters are a plain pytree."""
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: DecAlign(config.model, dims, rngs=nnx.Rngs(0))), nnx.Param)
+
+    def init_params(key: jax.Array) -> nnx.State:
+        return nnx.split(DecAlign(config.model, dims, rngs=nnx.Rngs(params=key)), nnx.Param)[1]
+
+    return graphdef, init_params
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    t = config.train
+    return optax.chain(optax.clip_by_global_norm(t.clip), optax.adamw(t.lr, weight_decay=t.weight_decay))
+
+
+def task_loss(out: jax.Array, labels: jax.Array, task: str) -> jax.Array:
+    """Per-example task loss: out (B, C), labels (B,)."""
+    if task == "ce":
+        return optax.softmax_cross_entropy_with_integer_labels(out, labels)
+    err = out[:, 0] - labels
+    return err**2 if task == "mse" else jnp.abs(err)
+
+
+def make_loss_fn(config: Config, graphdef):
+    """loss_fn(params, batch, key, switches) -> (loss, metrics); switches (4,) turns dec/hetero/homo/ct on or off."""
+    lc = config.loss
+
+    def loss_fn(params, batch, key, switches):
+        model = nnx.merge(graphdef, params)
+        o = model(batch["text"], batch["audio"], batch["vision"], key)
+        task = jnp.mean(task_loss(o["out"], batch["labels"], lc.task))
+        dec = L.decoupling_loss(o["s"], o["c"])
+        het, het_info = L.heterogeneity_loss(jnp.mean(o["s"], axis=2), num_prototypes=lc.num_prototypes,
+                                             em_iters=lc.em_iters, var_floor=lc.var_floor,
+                                             epsilon=lc.ot_epsilon, ot_iters=lc.ot_iters)
+        hom, hom_info = L.homogeneity_loss(o["z"], lc.mmd_bandwidth)
+        classes = batch["labels"] if lc.task == "ce" else L.sentiment_classes(batch["labels"])
+        ct = L.supcon_loss(o["rep"], classes, lc.temperature)
+        weights = jnp.array([lc.dec, lc.hetero, lc.homo, lc.ct]) * switches
+        total = task + jnp.dot(weights, jnp.stack([dec, het, hom, ct]))
+        metrics = {"loss": total, "task": task, "dec": dec, "hetero": het, "homo": hom, "ct": ct,
+                   **{f"hetero_{k}": v for k, v in het_info.items()}, **{f"homo_{k}": v for k, v in hom_info.items()}}
+        return total, metrics
+
+    return loss_fn
+
+
+def make_train_step(config: Config, graphdef, tx):
+    """step(state, batch, switches) -> (state, metrics); pure, for jit/vmap/scan and sharded batches."""
+    grad_fn = jax.value_and_grad(make_loss_fn(config, graphdef), has_aux=True)
+
+    def step(state: TrainState, batch: dict, switches: jax.Array):
+        key = jax.random.fold_in(state.key, state.step)
+        (_, metrics), grads = grad_fn(state.params, batch, key, switches)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(params, opt_state, state.step + 1, state.key), metrics
+
+    return step
+
+
+def compiler_options(config: Config) -> dict:
+    return {"xla_backend_optimization_level": 0} if config.train.fast_compile else {}
+
+
+def make_epoch_fn(step, options: dict | None = None):
+    """epoch(states, data, perms, switches): vmap over runs of a scan over one epoch's batches."""
+
+    def one_run(state, data, perm, switches):
+        def body(state, idx):
+            return step(state, {k: v[idx] for k, v in data.items()}, switches)
+        state, metrics = jax.lax.scan(body, state, perm)
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    return jax.jit(jax.vmap(one_run, in_axes=(0, None, 0, 0)), donate_argnums=0, compiler_options=options)
+
+
+def make_predict_fn(graphdef, chunk: int = 256, options: dict | None = None):
+    """predict(params (runs stacked), data) -> (runs, N, C) model outputs in evaluation mode."""
+
+    def one_run(params, data):
+        model = nnx.merge(graphdef, params)
+        n = data["text"].shape[0]
+        size = min(chunk, n)
+        pad = (-n) % size
+        padded = {k: jnp.pad(data[k], [(0, pad)] + [(0, 0)] * (data[k].ndim - 1)) for k in MODALITIES}
+        chunks = {k: v.reshape(-1, size, *v.shape[1:]) for k, v in padded.items()}
+        out = jax.lax.map(lambda b: model(b["text"], b["audio"], b["vision"], None)["out"], chunks)
+        return out.reshape(-1, out.shape[-1])[:n]
+
+    return jax.jit(jax.vmap(one_run, in_axes=(0, None)), compiler_options=options)
+
+
+def evaluate(out: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
+    """Task loss (the model-selection criterion) and the MMSA metrics for one run's outputs (N, C)."""
+    loss = float(np.mean(task_loss(jnp.asarray(out), jnp.asarray(labels), task)))
+    if task == "ce":
+        return {"loss": loss, **classification_metrics(out, labels)}
+    return {"loss": loss, **regression_metrics(out[:, 0], labels)}
+
+
+def run_names(config: Config) -> list[tuple[str, int]]:
+    return [(v, s) for v in config.variants for s in range(config.train.seeds)]
+
+
+def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dict | None = None,
+                       progress: bool = True) -> dict:
+    """Train all (variant, seed) runs of `config` together; returns per-run and per-variant results."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    data = prepare(config, workdir) if data is None else data
+    dims = input_dims(data)
+    graphdef, init_params = make_model(config, dims)
+    tx = make_optimizer(config)
+    runs = run_names(config)
+    r = len(runs)
+    seeds = np.array([config.train.seed + s for _, s in runs])
+    switches = jnp.array([[VARIANTS[v][t] for t in TERMS] for v, _ in runs], jnp.float32)
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    params = jax.jit(jax.vmap(init_params), compiler_options=compiler_options(config))(jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys))
+    states = TrainState(params, jax.vmap(tx.init)(params), jnp.zeros((r,), jnp.int32),
+                        jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
+    step = make_train_step(config, graphdef, tx)
+    epoch_fn = make_epoch_fn(step, compiler_options(config))
+    predict = make_predict_fn(graphdef, options=compiler_options(config))
+    train = {k: jnp.asarray(data["train"][k]) for k in (*MODALITIES, "labels")}
+    evals = {s: {k: jnp.asarray(data[s][k]) for k in MODALITIES} for s in ("valid", "test")}
+    n, bs = train["text"].shape[0], config.train.batch_size
+    steps_per_epoch = n // bs
+    if steps_per_epoch < 1:
+        raise ValueError(f"train split has {n} examples: expected at least train.batch_size={bs}")
+    best = [{"val_loss": np.inf, "epoch": -1, "test": None, "valid": None, "stopped": False} for _ in runs]
+    history = {"train_loss": [], "val_loss": [], "test_mae": [], "terms": []}
+    step_times = []
+    for epoch in range(config.train.epochs):
+        perms = np.stack([np.random.default_rng([int(s), epoch]).permutation(n)[: steps_per_epoch * bs]
+                          .reshape(steps_per_epoch, bs) for s in seeds])
+        t = time.time()
+        states, m = epoch_fn(states, train, jnp.asarray(perms), switches)
+        m = jax.device_get(m)
+        step_times.append((time.time() - t, steps_per_epoch))
+        nonfinite = [k for k, v in m.items() if not np.all(np.isfinite(v))]
+        if nonfinite:
+            raise FloatingPointError(f"epoch {epoch} (steps {epoch * steps_per_epoch}..{(epoch + 1) * steps_per_epoch}):"
+                                     f" non-finite {nonfinite}")
+        outs = {s: np.asarray(predict(states.params, evals[s])) for s in ("valid", "test")}
+        vals = [evaluate(outs["valid"][i], data["valid"]["labels"], config.loss.task) for i in range(r)]
+        tests = [evaluate(outs["test"][i], data["test"]["labels"], config.loss.task) for i in range(r)]
+        for i in range(r):
+            b = best[i]
+            if b["stopped"]:
+                continue
+            if vals[i]["loss"] < b["val_loss"]:
+                b.update(val_loss=vals[i]["loss"], epoch=epoch, test=tests[i], valid=vals[i])
+            elif epoch - b["epoch"] >= config.train.patience:
+                b["stopped"] = True
+        history["train_loss"].append(m["loss"].tolist())
+        history["val_loss"].append([v["loss"] for v in vals])
+        history["test_mae"].append([t_.get("mae", t_.get("wacc")) for t_ in tests])
+        history["terms"].append({k: np.asarray(v).tolist() for k, v in m.items()})
+        if progress:
+            print(f"[decalign] epoch {epoch + 1}/{config.train.epochs}  {time.time() - t:.1f}s  "
+                  f"val loss {np.mean(history['val_loss'][-1]):.4f}  train loss {np.mean(m['loss']):.4f}", flush=True)
+    # steady-state speed: epochs after the first (which includes compilation)
+    later = step_times[1:] or step_times
+    run_steps_per_s = r * sum(s for _, s in later) / sum(t for t, _ in later)
+    per_run = [{"variant": v, "seed": s, "best_epoch": b["epoch"], "val_loss": b["val_loss"], **b["test"]}
+               for (v, s), b in zip(runs, best)]
+    result = {"runs": per_run, "variants": summarize(per_run), "history": history,
+              "speed": {"runs_in_parallel": r, "run_steps_per_s": run_steps_per_s, "batch_size": bs,
+                        "steps_per_epoch": steps_per_epoch}, "wall_seconds": time.time() - t0,
+              "input_dims": list(dims)}
+    return result
+
+
+def summarize(per_run: list[dict]) -> dict:
+    """Per-variant mean and standard deviation (over seeds) of every test metric."""
+    out = {}
+    for v in dict.fromkeys(r["variant"] for r in per_run):
+        rows = [r for r in per_run if r["variant"] == v]
+        keys = [k for k in rows[0] if k not in ("variant", "seed")]
+        out[v] = {k: {"mean": float(np.mean([r[k] for r in rows])), "std": float(np.std([r[k] for r in rows])),
+                      "n": len(rows)} for k in keys}
+    return out
+
+
+def write_plots(result: dict, config: Config, workdir: pathlib.Path) -> list[str]:
+    """Validation loss per epoch (mean over seeds) and the selected test metric per variant."""
+    runs = run_names(config)
+    val = np.array(result["history"]["val_loss"])  # (epochs, runs)
+    epochs = np.arange(1, len(val) + 1)
+    curves = {v: (epochs, val[:, [i for i, (vv, _) in enumerate(runs) if vv == v]].mean(1)) for v in config.variants}
+    paths = [line_plot(workdir / "val_loss.png", curves, title="DecAlign ablation: validation loss (mean over seeds)",
+                       xlabel="epoch", ylabel=f"validation {config.loss.task} loss")]
+    metric = "mae" if config.loss.task != "ce" else "wacc"
+    stats = result["variants"]
+    paths.append(bar_plot(workdir / f"test_{metric}.png", {v: stats[v][metric]["mean"] for v in config.variants},
+                          {v: stats[v][metric]["std"] for v in config.variants},
+                          title=f"test {metric} (epoch selected on validation loss)", ylabel=metric))
+    return [str(p) for p in paths]
+
+
+def run(config: Config, workdir: str | pathlib.Path) -> dict:
+    """The registry entry: train, write metrics.json + PNG plots into workdir, return final metrics."""
+    from core.config import to_dict
+
+    workdir = pathlib.Path(workdir)
+    result = train_and_evaluate(config, workdir)
+    plots = write_plots(result, config, workdir)
+    metrics = {f"{v}/{k}": s["mean"] for v, vs in result["variants"].items() for k, s in vs.items()}
+    metrics["run_steps_per_s"] = result["speed"]["run_steps_per_s"]
+    metrics["wall_seconds"] = result["wall_seconds"]
+    write_metrics(workdir, metrics)
+    (workdir / "results.json").write_text(json.dumps({"config": to_dict(config), **result, "plots": plots},
+                                                     indent=1, default=float))
+    return metrics
