@@ -154,7 +154,11 @@ class Campaign:
             raise ValueError(f"ask(n={n}): expected n >= 1")
         if reuse_pending and self.pending is not None and self.pending["n"] == n and preference is None:
             return [self.space.to_dict_point(s) for s in self.pending["suggestions"]]
-        round_ = len(self.rounds)
+        if self.pending is not None:  # an unanswered ask is replaced: same round index, same randomness
+            round_ = self.pending["round"]
+            self.rounds = [r for r in self.rounds if r["round"] != round_]
+        else:
+            round_ = len(self.rounds)
         info: dict[str, Any] = {"round": round_, "n": n, "n_obs": len(self.observations)}
         if len(self.observations) < self.settings.n_init:
             sugg = self._initial(n)
@@ -198,7 +202,8 @@ class Campaign:
                 out.append(self.pool[j])
             return out
         u = sobol(start + n, self.space.n_params, self.settings.seed)[start:]
-        return [self.space.from_unit(np.asarray(self.space.snap_unit(jnp.asarray(ui)))) for ui in u]
+        with jax.enable_x64(True):
+            return [self.space.from_unit(np.asarray(self.space.snap_unit(jnp.asarray(ui)))) for ui in u]
 
     def _bo(self, n: int, region: model.Region | None, round_: int) -> tuple[list[list[Any]], list[float]]:
         s, space = self.settings, self.space

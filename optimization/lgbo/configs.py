@@ -58,8 +58,8 @@ class Config:
 
 def tiny() -> Config:
     """Seconds on a CPU (tests): `iclr26 run lgbo --preset tiny --workdir /tmp/lgbo_tiny`."""
-    return Config(problems=("hartmann6", "lnp3"), arms=("none", "aligned"), seeds=2, iterations=3,
-                  n_grid=64, n_candidates=128, fit_steps=10)
+    return Config(problems=("lnp3",), arms=("none", "aligned"), seeds=8, seed_batch=8, iterations=3, n_grid=64,
+                  n_candidates=128, fit_steps=10)
 
 
 def demo() -> Config:

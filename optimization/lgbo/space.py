@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -184,10 +185,12 @@ class Space:
         return jnp.stack(cols, axis=-1)
 
     def encode(self, values) -> np.ndarray:
-        return np.asarray(self.encode_unit(jnp.asarray(self.to_unit(values))))
+        with jax.enable_x64(True):
+            return np.asarray(self.encode_unit(jnp.asarray(self.to_unit(values), jnp.float64)))
 
     def decode(self, x) -> list[Any]:
-        return self.from_unit(np.asarray(self.unit_of_encoded(jnp.asarray(x))))
+        with jax.enable_x64(True):
+            return self.from_unit(np.asarray(self.unit_of_encoded(jnp.asarray(x, jnp.float64))))
 
     # serialisation ------------------------------------------------------------------------------------------
     def to_json(self) -> list[dict]:

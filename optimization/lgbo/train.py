@@ -108,19 +108,27 @@ def make_run(problem: Problem, config: Config):
     return run
 
 
-def run_problem(problem: Problem, config: Config) -> np.ndarray:
-    """Best-so-far curves (arms, seeds, iterations + 1) in raw objective units."""
+def run_problem(problem: Problem, config: Config, mesh=None) -> np.ndarray:
+    """Best-so-far curves (arms, seeds, iterations + 1) in raw objective units.
+
+    Without a mesh the seeds run `seed_batch` at a time (lax.map over vmapped batches); with a mesh
+    (core.sharding.make_mesh) all seeds are vmapped and sharded over its "data" axis."""
     arms = jnp.asarray([ARMS.index(a) for a in config.arms])
     with jax.enable_x64(True):
         run = make_run(problem, config)
         keys = jax.random.split(jax.random.key(config.seed), config.seeds)
+        per_seed = lambda k: jax.vmap(lambda a: run(k, a))(arms)  # (arms, T+1)
+        if mesh is None:
+            all_runs = jax.jit(lambda keys: jax.lax.map(per_seed, keys, batch_size=config.seed_batch))
+        else:
+            from core.sharding import batch_sharding
 
-        @jax.jit
-        def all_runs(keys):
-            per_seed = lambda k: jax.vmap(lambda a: run(k, a))(arms)  # (arms, T+1)
-            return jax.lax.map(per_seed, keys, batch_size=config.seed_batch)  # (seeds, arms, T+1)
-
-        curves = np.asarray(all_runs(keys))
+            if config.seeds % mesh.shape["data"]:
+                raise ValueError(f"seeds={config.seeds}: expected a multiple of the mesh's data axis "
+                                 f"({mesh.shape['data']}) to shard seeds")
+            keys = jax.device_put(keys, batch_sharding(mesh))
+            all_runs = jax.jit(jax.vmap(per_seed), out_shardings=batch_sharding(mesh))
+        curves = np.asarray(all_runs(keys))  # (seeds, arms, T+1)
     return np.transpose(curves, (1, 0, 2))
 
 
