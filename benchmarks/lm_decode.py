@@ -91,10 +91,23 @@ def timed(run):
     return time.perf_counter() - t0, out
 
 
+def render_readme() -> None:
+    """Rewrite the lm_decode table in core/lm/README.md from the JSON (benchmarks/render.py's format)."""
+    from benchmarks import render
+
+    readme = ROOT / "core" / "lm" / "README.md"
+    records = {k: v for k, v in render.load_all().items() if k == "lm_decode"}
+    readme.write_text(render.render_text(readme.read_text(), records))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--render-only", action="store_true", help="only re-render the README table")
     args = parser.parse_args()
+    if args.render_only:
+        render_readme()
+        return
     wall = time.perf_counter()
     tensors = weights_lib.random_hf_tensors(CONFIG, seed=0, scale=0.05)
     graphdef, params = weights_lib.params_from_hf_tensors(CONFIG, tensors)
@@ -134,6 +147,7 @@ def main() -> None:
     path = write_results("lm_decode", rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
                          speedup=ratio, same_token_fraction=same, repeats=args.repeats,
                          scale="issue scale (4 layers, width 256, batch 8, 64 new tokens) on a shared 2-core CPU")
+    render_readme()
     print(f"ours {n / ours_s:.0f} tok/s, transformers {n / hf_s:.0f} tok/s, ratio {ratio:.2f}x, "
           f"same tokens {same:.2%}; wrote {path}")
 
