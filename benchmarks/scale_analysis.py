@@ -29,13 +29,14 @@ NAME = "scale_analysis"
 
 def bench() -> configs.Config:
     """What fits this shared 2-core machine (run at nice 10 beside ~7 other jobs): d in {16, 32, 64} for both
-    depths, widths N = d/2 (up to 256 in the N sweep), P/d in {6, 18, 54} (P <= 3,456), 2 seeds x 2
-    initialisations, 1,500 Langevin steps per chain; ~9 CPU-minutes in all."""
+    depths at widths N = d/2, the two-layer N sweep N in {16, 32, 64} at d = 16, the three-layer N1 sweep
+    N1 in {4, 16, 64} at d = 16, N2 = 32; P over 4, 12, 36 times the calculator's E_min (P <= 3,456);
+    2 seeds x 2 initialisations (prior draw, planted), 1,500 Langevin steps per chain."""
     return configs.Config(
-        n_seeds=2, kappa=0.1, n_test=512, n_probe=128, p_over_d=(6.0, 18.0, 54.0), bucket_ratio=3.0,
-        sweeps=("two_d", "two_n", "three_n1", "three_d"),
+        n_seeds=2, kappa=0.1, n_test=512, n_probe=128, p_over_energy=(4.0, 12.0, 36.0), bucket_ratio=3.0,
+        sweeps=("two_d", "three_d", "three_n1", "two_n"),
         two_d=(16, 32, 64), two_width_ratio=0.5, three_d=(16, 32, 64), three_width_ratio=0.5,
-        two_n_d=16, two_n=(16, 64, 256), three_n1_d=16, three_n1_n2=32, three_n1=(4, 16, 64),
+        two_n_d=16, two_n=(16, 32, 64), three_n1_d=16, three_n1_n2=32, three_n1=(4, 16, 64),
         sampler=configs.SamplerConfig(n_records=12, record_every=125, step_size=0.7))
 
 

@@ -51,7 +51,8 @@ class Config:
     two_n:    two-layer, d = two_n_d, N in two_n                    -> P* and specialised count against N
     three_d:  three-layer, N1 = N2 = three_width_ratio * d          -> P* against d at proportional widths
     three_n1: three-layer, d = three_n1_d, N2 = three_n1_n2, N1 in three_n1 -> the Sp-Mag / GP-Spec transition
-    P runs over p_over_d * d (rounded) for every point.
+    P runs over p_over_d * d (rounded) for every point, or over p_over_energy * E_min(d, widths) when that is set
+    (a grid centred on the predicted P*/kappa, so that a wrong prediction shows up as a censored P*).
     """
 
     seed: int = 0
@@ -64,6 +65,7 @@ class Config:
     n_planted: int = 4
     sweeps: tuple[str, ...] = SWEEPS
     p_over_d: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0, 64.0)
+    p_over_energy: tuple[float, ...] = ()  # if set, P runs over these multiples of the calculator's E_min instead
     bucket_ratio: float = 4.0          # P values within this ratio of a bucket's largest share one program
     two_d: tuple[int, ...] = (16, 32, 64)
     two_width_ratio: float = 0.5
@@ -88,6 +90,8 @@ class Config:
               f"a non-empty subset of {SWEEPS}")
         check(len(self.p_over_d) >= 2 and all(p > 0 for p in self.p_over_d), "p_over_d", self.p_over_d,
               "at least two positive ratios P/d")
+        check(all(p > 0 for p in self.p_over_energy) and len(self.p_over_energy) != 1, "p_over_energy",
+              self.p_over_energy, "() or at least two positive multiples of E_min")
         check(self.bucket_ratio >= 1, "bucket_ratio", self.bucket_ratio, "a ratio >= 1")
         for name in ("two_d", "three_d", "two_n", "three_n1"):
             vals = getattr(self, name)
@@ -108,17 +112,19 @@ class Config:
 
 
 def tiny() -> Config:
-    """Seconds on a CPU; used by the tests. `iclr26 run scale-analysis --preset tiny`."""
+    """~20 CPU-seconds (compile-bound); used by the tests; numbers are not meaningful at d = 4, 8.
+    `iclr26 run scale-analysis --preset tiny`."""
     return Config(n_seeds=1, n_test=128, n_probe=32, sweeps=("two_d", "three_n1"), p_over_d=(2.0, 8.0),
                   two_d=(4, 8), two_width_ratio=1.0, three_n1_d=4, three_n1_n2=4, three_n1=(4,), n_planted=2,
                   sampler=SamplerConfig(n_records=4, record_every=10))
 
 
 def demo() -> Config:
-    """~1 minute on 2 CPU cores: the two-layer P*-against-d sweep at d in {8, 16}; expected A_f rising from ~0
-    at P = 4d to ~0.6 at P = 64d. `iclr26 run scale-analysis --preset demo`."""
+    """~30 CPU-seconds (about a minute on 2 cores): the two-layer P*-against-d sweep at d in {8, 16}, N = d, one
+    seed; expected A_f rising from ~0.1 at P = 4d to ~0.7 at P = 64d (P* of a few hundred).
+    `iclr26 run scale-analysis --preset demo`."""
     return Config(n_seeds=1, n_test=512, n_probe=64, sweeps=("two_d",), p_over_d=(4.0, 16.0, 64.0), bucket_ratio=16.0,
-                  two_d=(8, 16), two_width_ratio=0.5, sampler=SamplerConfig(n_records=10, record_every=150))
+                  two_d=(8, 16), two_width_ratio=1.0, sampler=SamplerConfig(n_records=10, record_every=150))
 
 
 def paper() -> Config:

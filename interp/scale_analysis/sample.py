@@ -140,9 +140,12 @@ def _problem_arrays(key, arch, d, widths, n_test, n_probe, prior_draws):
     return w_star, x_test, y_test, k0, drift0
 
 
-def planted_init(key: jax.Array, problem: Problem, n_planted: int) -> model_lib.Params:
-    """A prior draw whose first n_planted first-layer neurons point along w* (norms spread over [0.5, 1.5]
-    sqrt(d), so that erf units of several scales can cancel the linear part of He3)."""
+def planted_init(key: jax.Array, problem: Problem, n_planted: int, x: jax.Array, y: jax.Array,
+                 mask: jax.Array) -> model_lib.Params:
+    """A learned-looking start: a prior draw whose first n_planted first-layer neurons point along w* (norms
+    spread over [0.5, 1.5] sqrt(d), signs alternating, so that erf units of several scales can carry He3), with
+    the readout set to its conditional posterior mean given the rest (a ridge solve on the training data).
+    Started from both this and a prior draw, a chain that ends in the same state from both is equilibrated."""
     params = model_lib.init_params(key, problem.arch, problem.d, problem.widths)
     n1 = problem.widths[0]
     k = max(1, min(int(n_planted), n1))
@@ -150,6 +153,12 @@ def planted_init(key: jax.Array, problem: Problem, n_planted: int) -> model_lib.
     signs = jnp.where(jnp.arange(k) % 2 == 0, 1.0, -1.0)
     planted = (scales * signs)[:, None] * problem.w_star[None, :]
     params["w1"] = params["w1"].at[:k].set(planted)
+    phi = model_lib.features(params, x)                       # (P_max, N_L)
+    n_l = phi.shape[-1]
+    # U restricted to a: |phi a / sqrt(N) - y|^2_mask / (2 kappa) + |a|^2 / 2  ->  its minimiser
+    gram = (phi * mask[:, None]).T @ phi / (n_l * problem.kappa) + jnp.eye(n_l)
+    rhs = (phi * mask[:, None]).T @ y / (math.sqrt(n_l) * problem.kappa)
+    params["a"] = jnp.linalg.solve(gram, rhs)
     return params
 
 
@@ -186,7 +195,7 @@ def make_sweep(problem: Problem, *, p_max: int, n_records: int, record_every: in
         mask = (jnp.arange(p_max) < p_value).astype(x.dtype)
         ki = jax.random.fold_in(ki, is_planted.astype(jnp.int32))
         q_prior = model_lib.init_params(ki, problem.arch, problem.d, problem.widths)
-        q_plant = planted_init(ki, problem, n_planted)
+        q_plant = planted_init(ki, problem, n_planted, x, y, mask)
         q0 = jax.tree.map(lambda a, b: jnp.where(is_planted, b, a), q_prior, q_plant)
         eta = step_sizes(p_value, step_size=step_size, curvature=curvature, kappa=kappa)
         grad_fn = jax.grad(lambda q: potential(q, x, y, mask, kappa))

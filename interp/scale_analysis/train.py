@@ -39,7 +39,11 @@ def sweep_points(config: configs.Config, sweep: str) -> list[tuple[str, int, tup
     raise ValueError(f"sweep={sweep!r}: expected one of {configs.SWEEPS}")
 
 
-def p_grid(config: configs.Config, d: int) -> list[int]:
+def p_grid(config: configs.Config, d: int, arch: str = "two", widths: Sequence[int] = (1,)) -> list[int]:
+    """The sample sizes of one point: p_over_d * d, or p_over_energy * E_min(arch, d, widths) when set."""
+    if config.p_over_energy:
+        e = theory.predict(arch, d, widths).energy
+        return sorted({max(1, int(round(r * e))) for r in config.p_over_energy})
     return sorted({max(1, int(round(r * d))) for r in config.p_over_d})
 
 
@@ -62,7 +66,7 @@ def run_point(config: configs.Config, arch: str, d: int, widths: tuple[int, ...]
     problem = sample.make_problem(jax.random.fold_in(jax.random.key(config.seed), 1000 * d + sum(widths)),
                                   arch=arch, d=d, widths=widths, kappa=config.kappa, n_test=config.n_test,
                                   n_probe=config.n_probe, spec_threshold=config.spec_threshold)
-    ps = p_grid(config, d)
+    ps = p_grid(config, d, arch, widths)
     inits = [False, True] if config.planted else [False]
     seed_keys = sample.split_seed_keys(config.seed, config.n_seeds)
     out: dict[str, np.ndarray] = {}
@@ -134,7 +138,7 @@ def loglog_fit(x: Sequence[float], y: Sequence[float], conf: float = 0.95) -> di
 def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, widths: tuple[int, ...],
                     traces: dict[str, np.ndarray]) -> dict[str, Any]:
     """Posterior means, P*, specialised counts and equilibration diagnostics of one point (JSON-able)."""
-    ps = p_grid(config, d)
+    ps = p_grid(config, d, arch, widths)
     burn = int(config.sampler.burn_frac * config.sampler.n_records)
     post = {k: np.nanmean(v[..., burn:], axis=-1) for k, v in traces.items()}      # (S, nP, I)
     a = post["A_f"]

@@ -71,3 +71,15 @@ def test_training_rows_are_nested_across_buckets():
     np.testing.assert_array_equal(np.asarray(x8[:3]), np.asarray(x3))
     np.testing.assert_array_equal(np.asarray(y8[:3]), np.asarray(y3))
     assert x8.shape == (8, 4) and not np.allclose(np.asarray(x8[3]), np.asarray(x8[4]))
+
+
+def test_planted_init_is_aligned_and_its_readout_is_the_conditional_mode():
+    problem = sample.make_problem(jax.random.key(0), arch="two", d=4, widths=(6,), kappa=0.1, n_test=16,
+                                  n_probe=8, spec_threshold=0.5)
+    x, y = sample.training_data(jax.random.key(1), 32, problem.w_star)
+    mask = (jnp.arange(32) < 20).astype(x.dtype)
+    q = sample.planted_init(jax.random.key(2), problem, 3, x, y, mask)
+    cos = np.abs(np.asarray(q["w1"][:3] @ problem.w_star) / np.linalg.norm(np.asarray(q["w1"][:3]), axis=1))
+    np.testing.assert_allclose(cos, 1.0, rtol=1e-5)
+    g = jax.grad(lambda a: sample.potential({**q, "a": a}, x, y, mask, problem.kappa))(q["a"])
+    assert float(jnp.max(jnp.abs(g))) < 1e-3 * (1 + float(jnp.max(jnp.abs(q["a"]))))
