@@ -13,8 +13,8 @@ EXPERIMENT = Experiment(
     presets=presets(),
     run=train_and_evaluate,
     demo_preset="demo",
-    runtimes={"tiny": "~10 s on 2 CPU cores", "demo": "~1 min on 2 shared CPU cores",
-              "etth1_96": "~1-3 min on 2 CPU cores", "ettm1_96": "~5-10 min on 2 CPU cores"},
+    runtimes={"tiny": "~30 s CPU time", "demo": "80 s CPU time (338 s wall on a heavily shared 2-core machine)",
+              "etth1_96": "~10-20 min on a shared 2-core CPU", "ettm1_96": "an hour or more on a shared 2-core CPU"},
 )
 
 __all__ = ["EXPERIMENT", "Config", "DLinear", "PhaseFormer", "SparseTSF", "count_params", "presets",

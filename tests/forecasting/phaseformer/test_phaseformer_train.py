@@ -33,7 +33,7 @@ def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):
 
 
 def _small_setup():
-    config = dataclasses.replace(EXPERIMENT.presets["tiny"], dropout=0.0)
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], dropout=0.0, num_layers=1)
     model = train.build_model(config, jax.random.key(0))
     graphdef, params = nnx.split(model, nnx.Param)
     tx = train.make_optimizer(config)
