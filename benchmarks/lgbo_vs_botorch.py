@@ -97,24 +97,29 @@ def candidates(seed: int, round_: int) -> np.ndarray:
     return sobol(N_CAND, D, seed=10_000 * seed + round_)
 
 
-def timing(iteration, ns, repeats, seed0=100):
-    """Seconds per iteration at each n (fresh random data per repeat); the first call is reported apart."""
-    out, first = {}, None
+def timing(impls: dict, ns, repeats, seed0=100):
+    """Seconds per iteration at each n (fresh random data per repeat), the implementations interleaved so that
+    both see the same machine load; each one's first call (our compile) is made first and reported apart."""
+    out = {k: {n: [] for n in ns} for k in impls}
+    first = {}
+
+    def one(name, n, r):
+        rng = np.random.default_rng(seed0 + 31 * n + r)
+        x = rng.uniform(size=(n, D))
+        with jax.enable_x64(True):
+            y = np.asarray(hartmann6(jnp.asarray(x)))
+        cands = candidates(seed0, n + r)
+        t0 = time.perf_counter()
+        with jax.enable_x64(True):
+            impls[name](x, y, cands, None)
+        return time.perf_counter() - t0
+
+    for name in impls:
+        first[name] = one(name, ns[0], 999)
     for n in ns:
-        times = []
-        for r in range(repeats + (1 if first is None else 0)):
-            rng = np.random.default_rng(seed0 + 31 * n + r)
-            x = rng.uniform(size=(n, D))
-            with jax.enable_x64(True):
-                y = np.asarray(hartmann6(jnp.asarray(x)))
-            t0 = time.perf_counter()
-            iteration(x, y, candidates(seed0, n + r), None)
-            dt = time.perf_counter() - t0
-            if first is None:
-                first = dt
-            else:
-                times.append(dt)
-        out[n] = times
+        for r in range(repeats):
+            for name in impls:
+                out[name][n].append(one(name, n, r))
     return out, first
 
 
@@ -144,9 +149,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     ours = make_ours(args.fit_steps)
     bt, torch = make_botorch()
-    with jax.enable_x64(True):
-        t_ours, compile_ours = timing(ours, ns, args.repeats)
-    t_bt, first_bt = timing(bt, ns, args.repeats)
+    times, first = timing({"ours": ours, "botorch": bt}, ns, args.repeats)
+    t_ours, t_bt, compile_ours, first_bt = times["ours"], times["botorch"], first["ours"], first["botorch"]
     rows = []
     for n in ns:
         rows.append({"n": n, "ours_s_per_iter": round(statistics.median(t_ours[n]), 4),

@@ -116,3 +116,27 @@ def test_fit_map_beats_nearby_points():
     for scale in (0.9, 1.1):  # a local maximum: perturbing every hyperparameter lowers the log joint
         q = gp.GPParams(p.lengthscale * scale, gp.NOISE_FLOOR + (p.noise - gp.NOISE_FLOOR) * scale, p.mean + 0.05)
         assert float(gp.log_joint(q, *args)) < best
+
+
+@pytest.mark.slow  # NUTS compiles for minutes on a loaded 2-core machine
+def test_nuts_hyperparameter_samples_and_averaged_acquisition():
+    from scipy.special import logsumexp
+
+    from optimization.lgbo import acquisition, model
+
+    x, y, mask = data(n=10, n_max=16)
+    ys, _, _ = gp.standardize(jnp.asarray(y), jnp.asarray(mask))
+    args = (jnp.asarray(x), ys, jnp.asarray(mask))
+    samples = gp.fit_nuts(*args, jax.random.key(0), num_warmup=40, num_samples=16, thinning=4)
+    assert samples.lengthscale.shape == (4, 3) and samples.noise.shape == (4,)
+    assert np.all(np.asarray(samples.lengthscale) > 0) and np.all(np.asarray(samples.noise) >= gp.NOISE_FLOOR)
+    assert np.all(np.isfinite([float(gp.log_joint(jax.tree.map(lambda a: a[i], samples), *args)) for i in range(4)]))
+    # SAASBO-style: the acquisition is the log of the EI averaged over hyperparameter samples
+    posts = jax.vmap(gp.posterior, (0, None, None, None))(samples, *args)
+    lifts = jax.vmap(model.make_lift, (0, None, None, None))(posts, model.no_region(3), args[0], args[0])
+    xs = jnp.asarray(np.random.default_rng(5).uniform(size=(6, 3)))
+    best = jnp.max(jnp.where(args[2] > 0, ys, -jnp.inf))
+    got = acquisition.surrogate_log_ei(posts, lifts, best, xs)
+    per = np.stack([np.asarray(acquisition.log_ei(*gp.predict(jax.tree.map(lambda a: a[i], posts), xs), best))
+                    for i in range(4)])
+    np.testing.assert_allclose(got, logsumexp(per, axis=0) - np.log(4), rtol=1e-10)
