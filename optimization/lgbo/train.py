@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.plots import line_plot
 from core.train import write_metrics
 from optimization import gp
 from optimization.lgbo import acquisition, model, oracles
@@ -159,24 +160,14 @@ def summarise(problem: Problem, curves: np.ndarray, config: Config) -> dict[str,
 
 
 def plot_curves(path: pathlib.Path, name: str, summary: Mapping[str, Any], target: float) -> None:
-    """Best-so-far (% of the optimum) per arm with +-1 s.e.m. bands."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    """Best-so-far (% of the optimum) per arm with +-1 s.e.m. bands, and the target line."""
+    curves = {}
     for arm, s in summary.items():
-        m, e = np.asarray(s["curve_mean"]), np.asarray(s["curve_sem"])
-        t = np.arange(len(m))
-        ax.plot(t, 100 * m, label=arm)
-        ax.fill_between(t, 100 * (m - e), 100 * (m + e), alpha=0.2)
-    ax.axhline(100 * target, color="k", lw=0.8, ls="--")
-    ax.set(title=name, xlabel="BO iteration", ylabel="best so far (% of optimum)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        m, e = 100 * np.asarray(s["curve_mean"]), 100 * np.asarray(s["curve_sem"])
+        curves[arm] = (np.arange(len(m)), m, m - e, m + e)
+    t = np.arange(len(m))
+    curves[f"{100 * target:g} % target"] = (t, np.full(len(t), 100 * target))
+    line_plot(path, curves, title=name, xlabel="BO iteration", ylabel="best so far (% of optimum)")
 
 
 def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
