@@ -43,12 +43,16 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-steps", type=int, default=40)
     ap.add_argument("--name", default="lgbo")
     ap.add_argument("--no-readme", action="store_true")
+    ap.add_argument("--merge", help="comma-separated result names (e.g. partial per-problem runs) to combine "
+                                    "into --name instead of running")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args)
     problems = tuple(args.problems.split(","))
     config = dataclasses.replace(configs.paper(), problems=problems, seeds=args.seeds, seed_batch=args.seed_batch,
                                  iterations=args.iterations, n_candidates=args.candidates, fit_steps=args.fit_steps)
     start = time.perf_counter()
-    rows, details = [], {}
+    rows = []
     for name in problems:
         problem = get_problem(name)
         t0 = time.perf_counter()
@@ -59,9 +63,8 @@ def main(argv=None) -> int:
         summary = train.summarise(problem, curves, config)
         train.plot_curves(RESULTS_DIR / f"{args.name}_{name}.png", f"{name} ({args.seeds} seeds)",
                           {a: summary[a] for a in config.arms}, config.target)
-        details[name] = {"ttt": ttt, "final_progress": progress[..., -1], "seconds": secs}
         for i, arm in enumerate(config.arms):
-            rows.append({"problem": name, "arm": arm, "seeds": args.seeds,
+            rows.append({"problem": name, "arm": arm, "seeds": args.seeds, "iterations": config.iterations,
                          "iters_to_90_mean": round(float(ttt[i].mean()), 2),
                          "iters_to_90_median": float(np.median(ttt[i])),
                          "reached_90": round(float((ttt[i] <= config.iterations).mean()), 2),
@@ -69,57 +72,90 @@ def main(argv=None) -> int:
                          "final_norm_regret": round(float(1 - progress[i, :, -1].mean()), 4),
                          "seconds": round(secs, 1),
                          "per_seed_iters_to_90": ttt[i].tolist(),
+                         "per_seed_final_progress": progress[i, :, -1].tolist(),
                          "curve_mean_pct": [round(100 * v, 3) for v in progress[i].mean(0)]})
         print(f"{name}: {secs:.0f} s; iters-to-90 mean per arm "
               + ", ".join(f"{a}={ttt[i].mean():.2f}" for i, a in enumerate(config.arms)), flush=True)
-    claims = make_claims(details, config)
-    for c in claims:
+        # written after every problem, so a run cut short still leaves its finished problems
+        path = write_results(args.name, rows=rows, claims=make_claims(rows, config.arms),
+                             wall_seconds=time.perf_counter() - start, scale=scale(args, config, problems))
+    for c in make_claims(rows, config.arms):
         print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
-    path = write_results(
-        args.name, rows=rows, claims=claims, wall_seconds=time.perf_counter() - start,
-        scale={"problems": list(problems), "arms": list(config.arms), "seeds": args.seeds,
-               "iterations": args.iterations, "n_init": config.n_init, "q": config.q, "n_grid": config.n_grid,
-               "n_candidates": args.candidates, "fit_steps": args.fit_steps, "confidence": config.confidence,
-               "box_e": config.box_e, "jitter": config.jitter,
-               "issue_scale": "20 seeds x 30 iterations", "machine": "2 shared CPU cores"})
     print(f"wrote {path}")
     if not args.no_readme:
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py")], cwd=ROOT, check=False)
     return 0
 
 
-def make_claims(details, config) -> list[dict]:
-    arms = list(config.arms)
-    none = arms.index("none")
+def scale(args, config, problems) -> dict:
+    return {"problems": list(problems), "arms": list(config.arms), "seeds": args.seeds,
+            "iterations": args.iterations, "n_init": config.n_init, "q": config.q, "n_grid": config.n_grid,
+            "n_candidates": args.candidates, "fit_steps": args.fit_steps, "confidence": config.confidence,
+            "box_e": config.box_e, "jitter": config.jitter,
+            "issue_scale": "20 seeds x 30 iterations", "machine": "2 CPU cores shared with ~20 other jobs"}
+
+
+def merge(args) -> int:
+    """Combine finished runs (same arms and iterations) into one results file and recompute the claims."""
+    import json
+
+    start = time.perf_counter()
+    rows, scales, walls = [], [], 0.0
+    for name in args.merge.split(","):
+        rec = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+        rows += rec["rows"]
+        scales.append(rec["scale"])
+        walls += rec["wall_seconds"]
+    arms = scales[0]["arms"]
+    if any(s["arms"] != arms for s in scales):
+        raise ValueError(f"runs {args.merge} differ in their arms; cannot merge")
+    merged = dict(scales[0], problems=[r["problem"] for r in rows if r["arm"] == arms[0]],
+                  seeds={",".join(s_["problems"]): s_["seeds"] for s_ in scales},
+                  iterations={",".join(s_["problems"]): s_["iterations"] for s_ in scales},
+                  merged_from=args.merge.split(","))
+    claims = make_claims(rows, arms)
+    for c in claims:
+        print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
+    path = write_results(args.name, rows=rows, claims=claims, wall_seconds=walls + time.perf_counter() - start,
+                         scale=merged)
+    print(f"wrote {path}")
+    if not args.no_readme:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py")], cwd=ROOT, check=False)
+    return 0
+
+
+def make_claims(rows, arms) -> list[dict]:
+    """Claims from the rows' per-seed data (so merged partial runs give the same claims as one run)."""
+    table = {(r["problem"], r["arm"]): r for r in rows}
+    problems = list(dict.fromkeys(r["problem"] for r in rows))
+    ttt = {k: np.asarray(r["per_seed_iters_to_90"], float) for k, r in table.items()}
+    fin = {k: np.asarray(r["per_seed_final_progress"], float) for k, r in table.items()}
     out = []
     if "aligned" in arms:
-        al = arms.index("aligned")
-        for name, d in details.items():
-            a, b = d["ttt"][al], d["ttt"][none]
-            wins = int((a < b).sum())
-            out.append(claim(f"aligned_faster_{name}",
-                             f"aligned LGBO reaches 90% of the optimum of {name} in fewer iterations than plain BO",
+        for p in problems:
+            a, b = ttt[p, "aligned"], ttt[p, "none"]
+            iterations = table[p, "none"]["iterations"]
+            out.append(claim(f"aligned_faster_{p}",
+                             f"aligned LGBO reaches 90% of the optimum of {p} in fewer iterations than plain BO",
                              bool(a.mean() < b.mean()),
                              f"mean iterations to 90%: aligned {a.mean():.2f} vs plain {b.mean():.2f} "
-                             f"(medians {np.median(a):.1f} vs {np.median(b):.1f}; aligned faster on {wins}/{len(a)} "
-                             f"seeds; not reached counts as {config.iterations + 1})"))
+                             f"(medians {np.median(a):.1f} vs {np.median(b):.1f}; aligned faster on "
+                             f"{int((a < b).sum())}/{len(a)} seeds, slower on {int((a > b).sum())}; not reached "
+                             f"counts as {iterations + 1})"))
     if "misaligned" in arms:
-        mi = arms.index("misaligned")
         parts, ok = [], True
-        for name, d in details.items():
-            rm = 1 - d["final_progress"][mi].mean()
-            rn = 1 - d["final_progress"][none].mean()
+        for p in problems:
+            rm, rn = 1 - fin[p, "misaligned"].mean(), 1 - fin[p, "none"].mean()
             ok &= bool(rm <= MISALIGNED_FACTOR * rn + MISALIGNED_SLACK)
-            parts.append(f"{name} {rm:.4f} vs {rn:.4f}")
+            parts.append(f"{p} {rm:.4f} vs {rn:.4f}")
         out.append(claim("misaligned_bounded",
                          f"misaligned LGBO's final normalised regret stays within {MISALIGNED_FACTOR:g}x plain BO's "
                          f"+ {MISALIGNED_SLACK} on every problem",
-                         ok, "final normalised regret misaligned vs plain: " + "; ".join(parts)))
+                         ok, "final normalised regret (1 - best/optimum) misaligned vs plain: " + "; ".join(parts)))
     if "random" in arms:
-        ra = arms.index("random")
-        diff = np.concatenate([d["ttt"][ra] - d["ttt"][none] for d in details.values()]).astype(float)
+        diff = np.concatenate([ttt[p, "random"] - ttt[p, "none"] for p in problems])
         sem = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else 0.0
-        per = "; ".join(f"{n} {d['ttt'][ra].mean():.2f} vs {d['ttt'][none].mean():.2f}" for n, d in details.items())
+        per = "; ".join(f"{p} {ttt[p, 'random'].mean():.2f} vs {ttt[p, 'none'].mean():.2f}" for p in problems)
         out.append(claim("random_no_gain",
                          "a random box of the same size and confidence gives no gain over plain BO "
                          "(paired mean difference in iterations to 90% not below -2 s.e.)",

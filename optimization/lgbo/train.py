@@ -170,6 +170,16 @@ def plot_curves(path: pathlib.Path, name: str, summary: Mapping[str, Any], targe
     line_plot(path, curves, title=name, xlabel="BO iteration", ylabel="best so far (% of optimum)")
 
 
+def plot_regret(path: pathlib.Path, name: str, summary: Mapping[str, Any]) -> None:
+    """Normalised simple regret 1 - progress per arm (log scale)."""
+    curves = {}
+    for arm, s in summary.items():
+        r = np.maximum(1.0 - np.asarray(s["curve_mean"]), 1e-6)
+        curves[arm] = (np.arange(len(r)), r)
+    line_plot(path, curves, title=f"{name}: regret", xlabel="BO iteration",
+              ylabel="normalised regret (1 - best / optimum)", logy=True)
+
+
 def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
     """Run every (problem, arm, seed); write metrics.json, lgbo_curves.json (per-arm curves) and one
     best-so-far PNG per problem into workdir."""
@@ -183,6 +193,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str,
         summary = summarise(problem, curves, config)
         summary["wall_seconds"] = time.perf_counter() - t0
         plot_curves(workdir / f"lgbo_{name}.png", name, {a: summary[a] for a in config.arms}, config.target)
+        plot_regret(workdir / f"lgbo_{name}_regret.png", name, {a: summary[a] for a in config.arms})
         metrics[name] = summary
     flat = {f"{p}/{a}/iters_to_target_mean": metrics[p][a]["iters_to_target_mean"]
             for p in config.problems for a in config.arms}
