@@ -39,7 +39,8 @@ def bench_config(args) -> CFConfig:
     model = LMConfig(architecture="qwen2", vocab_size=VOCAB, hidden_size=d, intermediate_size=3 * d,
                      num_layers=args.layers, num_heads=4, num_kv_heads=2, head_dim=d // 4, tie_word_embeddings=True)
     return CFConfig(model=model, n_train=args.n_train, n_eval=args.n_eval, steps=args.steps, batch_size=32,
-                    lr=args.lr, warmup=100, max_level=args.max_level, log_every=50, seed=args.seed)
+                    lr=args.lr, warmup=100, max_level=args.max_level, log_every=50, seed=args.seed,
+                    trace=args.trace)
 
 
 def generation_rows(seed: int) -> tuple[list[dict], float, dict]:
@@ -82,6 +83,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-level", type=int, default=3, help="difficulty levels 1..max_level (train and eval)")
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--trace", action="store_true", help="train on execution traces before the answer")
     p.add_argument("--workdir", type=pathlib.Path, default=ROOT / "runs" / "bench_counterfactuals")
     p.add_argument("--fresh", action="store_true", help="delete the workdir first (otherwise resume)")
     args = p.parse_args()
@@ -122,10 +124,10 @@ def main() -> None:
     scale = {"description": (f"decoder L={args.layers}, d={args.width} ({metrics['params']} parameters), "
                              f"{args.steps} steps x 32 packed rows of 128 tokens, {args.n_train} if_else training "
                              f"items (factual + interventional), {args.n_eval} items per evaluation split, difficulty levels "
-                             f"1..{args.max_level}; the paper "
+                             f"1..{args.max_level}, {'execution traces' if args.trace else 'answers only'}; the paper "
                              "evaluates frontier LLMs"),
              "steps": args.steps, "width": args.width, "layers": args.layers, "n_train": args.n_train,
-             "n_eval": args.n_eval, "max_level": args.max_level, "params": metrics["params"]}
+             "n_eval": args.n_eval, "max_level": args.max_level, "trace": args.trace, "params": metrics["params"]}
     png = RESULTS_DIR / "counterfactuals_iv_vs_cf.png"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copy(args.workdir / "iv_vs_cf.png", png)

@@ -28,6 +28,7 @@ class CFConfig:
     n_train: int = 20000  # if_else_train items (each gives a factual and an interventional example)
     n_eval: int = 300  # items per evaluation split
     max_level: int = 3  # difficulty levels 1..max_level
+    trace: bool = False  # train on execution traces before the answer (data.py)
     seq_len: int = 128  # packed training rows
     batch_size: int = 32
     steps: int = 3000

@@ -6,8 +6,11 @@ A prompt is the program's compact rendering (`programs.to_tokens`) followed by t
 - interventional:  `<prog> obs x0 -> y0 given r 5 ask x1 ?`
 - factual:         `<prog> given r 5 ask x0 ?`
 
-and the answer is the sorted set, e.g. `2 5 <eos>`. The word-level vocabulary is fixed (about 80 tokens), so
-the tokenizer needs no training and a prompt string maps to the same ids everywhere (model, server, tests).
+and the answer is the sorted set, e.g. `2 5 <eos>`. With `trace=True` training answers of the factual and
+interventional variants first spell out the execution (y after every executed assignment, then the return
+expression before `% m`) and then `=> value`, e.g. `12 36 => 0 <eos>`: a scratchpad that makes execution
+learnable by a small model. The word-level vocabulary is fixed (numbers -99..199 are single tokens), so the
+tokenizer needs no training and a prompt string maps to the same ids everywhere (model, server, tests).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from rl_tools.counterfactuals import programs as P
 from rl_tools.counterfactuals.generate import VARIANTS, Item
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-MAX_NUMBER = 40
+MIN_NUMBER, MAX_NUMBER = -99, 199
 WORDS = (PAD, BOS, EOS, UNK, "x", "y", "i", "r", "r1", "r2", "r3", "|", "y=", ";", "if", "elif", "else", "while",
          "for", "{", "}", "ret", "mod", "+", "-", "*", "%", "//", ">", "<", ">=", "<=", "==", "!=", "obs", "->",
-         "given", "ask", "?", *(str(n) for n in range(MAX_NUMBER + 1)))
+         "given", "ask", "?", "=>", *(str(n) for n in range(MIN_NUMBER, MAX_NUMBER + 1)))
+_WORD_SET = frozenset(WORDS)
 
 
 class CompactTokenizer:
@@ -76,19 +80,35 @@ def answer_words(values: Iterable[int]) -> list[str]:
 
 
 def check_in_vocab(words: Sequence[str]) -> None:
-    bad = sorted({w for w in words if w not in set(WORDS)})
+    bad = sorted({w for w in words if w not in _WORD_SET})
     if bad:
-        raise ValueError(f"tokens {bad}: expected words of the compact vocabulary (numbers 0..{MAX_NUMBER})")
+        raise ValueError(f"tokens {bad}: expected words of the compact vocabulary (numbers "
+                         f"{MIN_NUMBER}..{MAX_NUMBER})")
 
 
-def examples(items: Sequence[Item], variants: Sequence[str], tok: CompactTokenizer
+def trace_words(item: Item, variant: str) -> list[str]:
+    """The execution trace of a factual / interventional answer, ending in `=>` (see the module docstring)."""
+    if variant == "counterfactual":
+        raise ValueError("variant='counterfactual': expected factual or interventional (r must be known)")
+    x = item.x0 if variant == "factual" else item.x1
+    ys, pre, _ = P.run_trace(item.program, x, item.r_true)
+    return [str(v) for v in (*ys, pre)] + ["=>"]
+
+
+def examples(items: Sequence[Item], variants: Sequence[str], tok: CompactTokenizer, *, trace: bool = False
              ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids + eos) for every item and variant."""
+    """(prompt ids, answer ids + eos) for every item and variant; items whose trace leaves the number range
+    are skipped when `trace`."""
     out = []
     for item in items:
         for v in variants:
             words = prompt_words(item, v)
             ans = answer_words(item.answer(v))
+            if trace:
+                steps = trace_words(item, v)
+                if any(w not in _WORD_SET for w in steps):
+                    continue
+                ans = steps + ans
             check_in_vocab(words + ans)
             out.append((tok.encode(words), tok.encode(ans, add_bos=False) + [tok.eos_id]))
     return out

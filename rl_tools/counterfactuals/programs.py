@@ -131,6 +131,8 @@ def _exec(block: tuple, env: dict, budget: list) -> None:
     for s in block:
         if isinstance(s, Assign):
             env["y"] = _eval(s.expr, env)
+            if "trace" in env:
+                env["trace"].append(env["y"])
         elif isinstance(s, If):
             if _test(s.cond, env):
                 _exec(s.then, env, budget)
@@ -171,6 +173,18 @@ def run(program: Program, x: int, latents: tuple[int, ...]) -> int:
     env.update(zip(program.latent_names, (int(v) for v in latents)))
     _exec(program.body, env, [MAX_LOOP_STEPS])
     return _eval(program.ret, env) % program.modulus
+
+
+def run_trace(program: Program, x: int, latents: tuple[int, ...]) -> tuple[list[int], int, int]:
+    """(y after every executed assignment, the return expression before `% m`, the result)."""
+    if len(latents) != len(program.latents):
+        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
+                         f"for {program.latent_names}")
+    env = {"x": int(x), "y": int(x), "trace": []}
+    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    _exec(program.body, env, [MAX_LOOP_STEPS])
+    pre = _eval(program.ret, env)
+    return env["trace"], pre, pre % program.modulus
 
 
 def latent_domain(program: Program) -> list[tuple[int, ...]]:

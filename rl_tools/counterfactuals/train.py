@@ -44,7 +44,7 @@ def make_optimizer(config: CFConfig) -> optax.GradientTransformation:
 
 
 def train_model(config: CFConfig, train_items, workdir: pathlib.Path, tok: data.CompactTokenizer):
-    rows = data.to_rows(data.examples(train_items, TRAIN_VARIANTS, tok), config.seq_len)
+    rows = data.to_rows(data.examples(train_items, TRAIN_VARIANTS, tok, trace=config.trace), config.seq_len)
     graphdef, params = model_lib.init(config.model, jax.random.key(config.seed))
     tx = make_optimizer(config)
     state = train_lib.init_train_state(params, tx, jax.random.key(config.seed + 1))
@@ -56,7 +56,8 @@ def train_model(config: CFConfig, train_items, workdir: pathlib.Path, tok: data.
 
 
 def evaluate_model(config: CFConfig, graphdef, params, items, tok) -> dict[str, Any]:
-    adapter = harness.LMAdapter(graphdef, params, tok, max_new_tokens=10, batch_size=config.eval_batch,
+    adapter = harness.LMAdapter(graphdef, params, tok, max_new_tokens=24 if config.trace else 10,
+                                batch_size=config.eval_batch,
                                 name="cf-small")
     evals = {s: items[s] for s in EVAL_SPLITS}
     return harness.evaluate(evals, adapter, variants=EVAL_VARIANTS, prompt=data.prompt_text)

@@ -94,6 +94,8 @@ def parse_answer(text: str | None) -> frozenset[int] | None:
         return None
     if "</think>" in text:  # reasoning models: score the part after the trace
         text = text.rsplit("</think>", 1)[1]
+    if "=>" in text:  # the compact model's scratchpad: `12 36 => 0`
+        text = text.rsplit("=>", 1)[1]
     for pattern in (_BRACES, _BRACKETS):
         groups = pattern.findall(text)
         if groups:

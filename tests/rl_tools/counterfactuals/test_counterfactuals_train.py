@@ -43,6 +43,21 @@ def test_training_rows_mask_only_answers():
     assert "given" in tok.decode(prompt) and tok.unk_id not in prompt
 
 
+def test_trace_examples_spell_out_execution():
+    from rl_tools.counterfactuals import programs as P
+    tok = data.CompactTokenizer()
+    items = generate.generate_split("if_else_train", 50, seed=1)[0]
+    exs = data.examples(items, ("factual", "interventional"), tok, trace=True)
+    assert len(exs) >= 95  # only items whose trace leaves the number range are skipped
+    it = items[0]
+    ys, pre, out = P.run_trace(it.program, it.x1, it.r_true)
+    assert out == P.run(it.program, it.x1, it.r_true) == it.answer_iv[0] and pre % it.program.modulus == out
+    words = data.trace_words(it, "interventional")
+    assert words == [str(v) for v in (*ys, pre)] + ["=>"]
+    with pytest.raises(ValueError, match="counterfactual"):
+        data.trace_words(it, "counterfactual")
+
+
 def test_sharded_step_equals_single_device():
     config = EXPERIMENT.presets["tiny"]
     tok = data.CompactTokenizer()

@@ -49,6 +49,8 @@ def test_latent_domain_from_source():
     ("none", set()),
     ("<think>maybe {9}</think>\n{1, 2}", {1, 2}),
     ("2 5 6", {2, 5, 6}),  # the compact model's format
+    ("12 36 => 0", {0}),  # ... with an execution trace
+    ("-3 4 => 1 5", {1, 5}),
 ])
 def test_parse_answer(text, expected):
     assert verify.parse_answer(text) == frozenset(expected)
