@@ -102,11 +102,11 @@ def test_refined_points_stay_feasible_with_categoricals(suggest_jit):
         (posts, lifts), best = _surrogate(d=space.dim)
         cands = space.encode_unit(space.snap_unit(jnp.asarray(sobol(64, 2, seed=6))))
         x, idx, val = suggest_jit(posts, lifts, best, cands, jnp.ones(64, bool), jnp.asarray(space.continuous_mask()),
-                                  acquisition.qmc_normal(128, 2), acquisition.AcqSettings(q=2, refine_starts=4,
+                                  acquisition.qmc_normal(128, 1), acquisition.AcqSettings(q=1, refine_starts=4,
                                                                                           refine_steps=10))
         x = np.asarray(x)
         assert np.all((x >= 0) & (x <= 1))
-        np.testing.assert_array_equal(np.sort(x[:, 1:], axis=1), [[0, 0, 1]] * 2)  # valid one-hot
+        np.testing.assert_array_equal(np.sort(x[:, 1:], axis=1), [[0, 0, 1]])  # valid one-hot
         for xi in x:
             vals = space.decode(xi)
             assert vals[1] in ("x", "y", "z") and 0 <= vals[0] <= 1
