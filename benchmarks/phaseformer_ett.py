@@ -261,6 +261,45 @@ def aggregate(command, wall_seconds):
     return path, claims
 
 
+def step_timing(reps: int = 5):
+    """Process CPU time of one jitted PhaseFormer training step (released ETTh1-96 / ETTm1-96 configs, their batch
+    sizes), with and without dropout, and of one epoch's worth of steps; writes phaseformer_ett_step_timing.json."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from forecasting.phaseformer import train as train_lib
+
+    rows = []
+    for dataset in ("ETTh1", "ETTm1"):
+        for dropout in (0.1, 0.0):
+            config = configs.phaseformer(dataset, 96, dropout=dropout)
+            graphdef, params = nnx.split(train_lib.build_model(config, jax.random.key(0)), nnx.Param)
+            tx = train_lib.make_optimizer(config)
+            opt_state = tx.init(params)
+            step = jax.jit(train_lib.make_train_step(config, graphdef, tx))
+            b = config.batch_size
+            x = jax.random.normal(jax.random.key(1), (b, 720, 7))
+            y = jax.random.normal(jax.random.key(2), (b, 96, 7))
+            args = (params, opt_state, x, y, jnp.ones(b), jax.random.key(3))
+            jax.block_until_ready(step(*args))
+            t_cpu, t_wall = time.process_time(), time.perf_counter()
+            for _ in range(reps):
+                jax.block_until_ready(step(*args))
+            cpu = (time.process_time() - t_cpu) / reps
+            wall = (time.perf_counter() - t_wall) / reps
+            windows = 8640 * (4 if dataset == "ETTm1" else 1) - 720 - 96 + 1
+            steps = -(-windows // b)
+            rows.append({"dataset": dataset, "horizon": 96, "dropout": dropout, "batch_size": b,
+                         "step_cpu_seconds": cpu, "step_wall_seconds": wall, "steps_per_epoch": steps,
+                         "epoch_cpu_seconds_estimate": cpu * steps, "load_avg_1min": os.getloadavg()[0]})
+            print(rows[-1], flush=True)
+    write_results(f"{NAME}_step_timing", rows=rows, claims=[], wall_seconds=0.0,
+                  command="python benchmarks/phaseformer_ett.py --step-timing",
+                  note="process CPU time (all threads) per jitted training step; the machine was shared, so wall "
+                       "time is inflated and CPU time includes thread-pool contention")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="phaseformer,sparsetsf,dlinear")
@@ -268,9 +307,13 @@ def main(argv=None):
     parser.add_argument("--seeds", default="2021", help="comma list of seeds")
     parser.add_argument("--ettm1-layers", default="released", choices=("released", "variant"))
     parser.add_argument("--render-only", action="store_true")
+    parser.add_argument("--step-timing", action="store_true", help="only time one training step (CPU seconds)")
     parser.add_argument("--order", default="setting", choices=("setting", "model"),
                         help="loop settings outermost (setting) or models outermost (model)")
     args = parser.parse_args(argv)
+    if args.step_timing:
+        step_timing()
+        return
     start = time.perf_counter()
     command = "python benchmarks/phaseformer_ett.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if not args.render_only:
