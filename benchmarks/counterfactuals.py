@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import re
 import shutil
 import sys
 import time
@@ -56,21 +55,11 @@ def generation_rows(seed: int) -> tuple[list[dict], float, dict]:
                                                             "items": sum(len(v) for v in items.values())}
 
 
-def render_readme(rows: list[dict], claims: list[dict], scale: dict) -> None:
-    lines = ["| split | factual EM | interventional EM [95% CI] | counterfactual EM [95% CI] | gap (IV - CF) | "
-             "IV F1 | CF F1 | held |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['split']} | {r['factual_em']:.3f} | {r['iv_em']:.3f} [{r['iv_em_lo']:.3f}, "
-                     f"{r['iv_em_hi']:.3f}] | {r['cf_em']:.3f} [{r['cf_em_lo']:.3f}, {r['cf_em_hi']:.3f}] | "
-                     f"{r['gap_em']:+.3f} | {r['iv_f1']:.3f} | {r['cf_f1']:.3f} | {'yes' if r['held'] else 'no'} |")
-    lines.append("")
-    lines.append(f"Scale: {scale['description']}. Claims: " + "; ".join(
-        f"{c['id']} {'held' if c['held'] else 'NOT held'}" for c in claims) + ".")
-    table = "\n".join(lines)
-    text = README.read_text()
-    new = re.sub(r"(<!-- results:counterfactuals -->).*?(<!-- /results:counterfactuals -->)",
-                 lambda m: m.group(1) + "\n" + table + "\n" + m.group(2), text, flags=re.S)
-    README.write_text(new)
+def render_readme() -> None:
+    """Re-render this method's README sections from the JSON files (the format of benchmarks/render.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import render
+    README.write_text(render.render_text(README.read_text(), render.load_all()))
 
 
 def main() -> None:
@@ -135,7 +124,7 @@ def main() -> None:
                   scale=scale, config=dataclasses.asdict(config), generator={"seconds": gen_seconds, **gen_info,
                                                                              "splits": gen_rows},
                   train={"final_loss": metrics["final_loss"], "train_seconds": metrics["train_seconds"]})
-    render_readme(rows, claims, scale)
+    render_readme()
     for c in claims:
         print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
 

@@ -17,7 +17,7 @@ EXPERIMENT = Experiment(
     title="Executable counterfactuals: interventional vs counterfactual accuracy of a small decoder",
     presets=presets(),
     run=_run,
-    runtimes={"tiny": "~30 s on 2 CPU cores", "demo": "~1-2 min on 2 CPU cores", "paper": "~20 min on 2 CPU cores"},
+    runtimes={"tiny": "~30 s on 2 CPU cores", "demo": "~2 min on 2 CPU cores", "paper": "hours on 2 CPU cores"},
 )
 
 __all__ = ["CFConfig", "EXPERIMENT", "presets"]

@@ -4,9 +4,10 @@ interventional, counterfactual and factual variants of every split.
 
 Presets (commands and expected runtimes on 2 shared CPU cores):
 - `tiny`: `iclr26 run counterfactuals --preset tiny` (~30 s): smoke test, numbers meaningless.
-- `demo`: `iclr26 run counterfactuals --preset demo` (~1-2 min): a 2-layer model, 300 steps; interventional
-  exact match well above counterfactual on if_else.
-- `paper`: the benchmark's scale (`benchmarks/counterfactuals.py`, ~15-25 min): L = 4, d = 128.
+- `demo`: `iclr26 run counterfactuals --preset demo` (~2 min idle, several under load): a 2-layer d = 64 model,
+  250 steps with execution traces on level-1 items; expect interventional EM above counterfactual EM on if_else.
+- `paper`: L = 4, d = 128, 3000 steps on levels 1-3 (hours on 2 CPU cores; the benchmark runs a scaled-down
+  version, see `benchmarks/counterfactuals.py`).
 """
 
 from __future__ import annotations
@@ -54,5 +55,6 @@ def presets() -> dict[str, CFConfig]:
     tiny = CFConfig(model=LMConfig(architecture="qwen2", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                                    num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, tie_word_embeddings=True),
                     n_train=200, n_eval=16, steps=10, batch_size=8, log_every=5, eval_batch=16, warmup=2)
-    demo = CFConfig(model=small, n_train=3000, n_eval=64, steps=300, batch_size=32, log_every=50, max_level=1)
+    demo = CFConfig(model=small, n_train=3000, n_eval=48, steps=250, batch_size=32, log_every=50, max_level=1,
+                    trace=True)
     return {"tiny": tiny, "demo": demo, "paper": CFConfig()}
