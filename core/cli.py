@@ -114,12 +114,26 @@ def run_experiment(name: str, preset: str | None, overrides: Sequence[str], work
     return metrics, workdir, seconds
 
 
+MAX_LISTED_PRESETS = 5
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.name:
+        from core import registry
+        exp = registry.get(args.name)
+        print(f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}\n")
+        print(_format_table(["preset", "expected runtime on 2 CPU cores"],
+                            [[p, exp.runtimes.get(p, "-")] for p in exp.presets]))
+        return 0
     rows = []
     for exp in _experiments().values():
-        presets = ", ".join(f"{p} ({exp.runtimes[p]})" if p in exp.runtimes else p for p in exp.presets)
-        rows.append([exp.name, exp.paper if exp.paper is not None else "-", exp.title, presets])
-    print(_format_table(["experiment", "paper", "title", "presets (expected runtime on 2 CPU cores)"], rows))
+        names = list(exp.presets)
+        shown = ", ".join(names[:MAX_LISTED_PRESETS])
+        if len(names) > MAX_LISTED_PRESETS:
+            shown += f" (+{len(names) - MAX_LISTED_PRESETS} more)"
+        rows.append([exp.name, exp.paper if exp.paper is not None else "-", exp.title, shown])
+    print(_format_table(["experiment", "paper", "title", "presets"], rows))
+    print("\n`iclr26 list NAME` shows an experiment's presets with their expected runtimes.")
     return 0
 
 
@@ -220,7 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("list", help="list experiments, papers, presets and expected runtimes",
-                       description="List every registered experiment with its paper, presets and runtimes.")
+                       description="List every registered experiment with its paper and presets, or one "
+                                   "experiment's presets with their expected runtimes.",
+                       epilog="examples:\n  iclr26 list\n  iclr26 list regression",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="show this experiment's presets and runtimes")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(

@@ -75,6 +75,9 @@ def experiments() -> dict[str, Experiment]:
 def get(name: str) -> Experiment:
     """The experiment called `name`; an unknown name raises with the closest registered names."""
     table = experiments()
+    if name not in table:  # `a2a-security` and `a2a_security` name the same experiment
+        spelled = {n.replace("-", "_"): n for n in table}
+        name = spelled.get(name.replace("-", "_"), name)
     if name not in table:
         close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -28,7 +28,11 @@ def test_help_and_list_read_like_a_researchers_tool(capsys):
         out = capsys.readouterr().out
         assert "usage: iclr26" in out and "examples:" in out
     code, out, _ = _run_cli(capsys, "list")
-    assert code == 0 and "regression" in out and "tiny (~10 s)" in out
+    assert code == 0 and "regression" in out and "built-in regression example" in out
+    code, out, _ = _run_cli(capsys, "list", "regression")
+    assert code == 0 and "tiny    ~10 s" in out and "demo    ~20 s" in out
+    code, _, err = _run_cli(capsys, "list", "regresion")
+    assert code == 2 and "did you mean regression?" in err
 
 
 def test_unknown_experiment_names_the_close_matches(capsys):
