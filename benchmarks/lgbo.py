@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -83,8 +82,17 @@ def main(argv=None) -> int:
         print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
     print(f"wrote {path}")
     if not args.no_readme:
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py")], cwd=ROOT, check=False)
+        render_readme()
     return 0
+
+
+def render_readme() -> None:
+    """Refresh the results tables of optimization/lgbo/README.md only (benchmarks/render.py does every README)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from render import load_all, render_text
+
+    readme = ROOT / "optimization" / "lgbo" / "README.md"
+    readme.write_text(render_text(readme.read_text(), load_all()))
 
 
 def scale(args, config, problems) -> dict:
@@ -120,7 +128,7 @@ def merge(args) -> int:
                          scale=merged)
     print(f"wrote {path}")
     if not args.no_readme:
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py")], cwd=ROOT, check=False)
+        render_readme()
     return 0
 
 

@@ -192,6 +192,9 @@ def main(argv=None) -> int:
                                 "machine": "2 CPU cores shared with other jobs: wall-clock times are noisy"},
                          compile_seconds_ours=round(compile_ours, 2), first_call_seconds_botorch=round(first_bt, 2))
     print(f"wrote {path}")
+    from lgbo import render_readme  # benchmarks/lgbo.py, beside this file
+
+    render_readme()
     return 0
 
 
