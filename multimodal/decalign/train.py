@@ -8,6 +8,8 @@ epochs without improvement), and writes metrics.json and plots into the workdir.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import pathlib
 import time
@@ -22,7 +24,7 @@ from core.plots import bar_plot, line_plot
 from core.train import TrainState, write_metrics
 
 from . import losses as L
-from .configs import VARIANTS, Config
+from .configs import VARIANTS, Config, DataConfig
 from .data import MODALITIES, prepare
 from .metrics import classification_metrics, regression_metrics
 from .model import DecAlign
@@ -139,6 +141,20 @@ def run_names(config: Config) -> list[tuple[str, int]]:
     return [(v, s) for v in config.variants for s in range(config.train.seeds)]
 
 
+def _shape_key(config: Config) -> Config:
+    """The config without its data source: runs that differ only in data share compiled programs."""
+    return dataclasses.replace(config, data=DataConfig())
+
+
+@functools.lru_cache(maxsize=4)
+def _programs(config: Config, dims: tuple[int, int, int]):
+    graphdef, init_params = make_model(config, dims)
+    tx = make_optimizer(config)
+    epoch_fn = make_epoch_fn(make_train_step(config, graphdef, tx), compiler_options(config))
+    predict = make_predict_fn(graphdef, options=compiler_options(config))
+    return graphdef, init_params, tx, epoch_fn, predict
+
+
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dict | None = None,
                        progress: bool = True) -> dict:
     """Train all (variant, seed) runs of `config` together; returns per-run and per-variant results."""
@@ -147,19 +163,17 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     t0 = time.time()
     data = prepare(config, workdir) if data is None else data
     dims = input_dims(data)
-    graphdef, init_params = make_model(config, dims)
-    tx = make_optimizer(config)
+    graphdef, init_params, tx, epoch_fn, predict = _programs(_shape_key(config), dims)
     runs = run_names(config)
     r = len(runs)
     seeds = np.array([config.train.seed + s for _, s in runs])
     switches = jnp.array([[VARIANTS[v][t] for t in TERMS] for v, _ in runs], jnp.float32)
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
-    params = jax.jit(jax.vmap(init_params), compiler_options=compiler_options(config))(jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys))
+    # initialisation runs once: always compile it fast
+    init_fn = jax.jit(jax.vmap(init_params), compiler_options={"xla_backend_optimization_level": 0})
+    params = init_fn(jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys))
     states = TrainState(params, jax.vmap(tx.init)(params), jnp.zeros((r,), jnp.int32),
                         jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
-    step = make_train_step(config, graphdef, tx)
-    epoch_fn = make_epoch_fn(step, compiler_options(config))
-    predict = make_predict_fn(graphdef, options=compiler_options(config))
     train = {k: jnp.asarray(data["train"][k]) for k in (*MODALITIES, "labels")}
     evals = {s: {k: jnp.asarray(data[s][k]) for k in MODALITIES} for s in ("valid", "test")}
     n, bs = train["text"].shape[0], config.train.batch_size
