@@ -261,7 +261,7 @@ def aggregate(command, wall_seconds):
     return path, claims
 
 
-def step_timing(reps: int = 5):
+def step_timing(datasets=("ETTh1",), reps: int = 5):
     """Process CPU time of one jitted PhaseFormer training step (released ETTh1-96 / ETTm1-96 configs, their batch
     sizes), with and without dropout, and of one epoch's worth of steps; writes phaseformer_ett_step_timing.json."""
     import jax
@@ -271,7 +271,7 @@ def step_timing(reps: int = 5):
     from forecasting.phaseformer import train as train_lib
 
     rows = []
-    for dataset in ("ETTh1", "ETTm1"):
+    for dataset in datasets:
         for dropout in (0.1, 0.0):
             config = configs.phaseformer(dataset, 96, dropout=dropout)
             graphdef, params = nnx.split(train_lib.build_model(config, jax.random.key(0)), nnx.Param)
@@ -308,11 +308,12 @@ def main(argv=None):
     parser.add_argument("--ettm1-layers", default="released", choices=("released", "variant"))
     parser.add_argument("--render-only", action="store_true")
     parser.add_argument("--step-timing", action="store_true", help="only time one training step (CPU seconds)")
+    parser.add_argument("--timing-datasets", default="ETTh1", help="datasets for --step-timing, e.g. ETTh1,ETTm1")
     parser.add_argument("--order", default="setting", choices=("setting", "model"),
                         help="loop settings outermost (setting) or models outermost (model)")
     args = parser.parse_args(argv)
     if args.step_timing:
-        step_timing()
+        step_timing(tuple(d.strip() for d in args.timing_datasets.split(",")))
         return
     start = time.perf_counter()
     command = "python benchmarks/phaseformer_ett.py " + " ".join(argv if argv is not None else sys.argv[1:])
