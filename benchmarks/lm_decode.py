@@ -91,6 +91,36 @@ def timed(run):
     return time.perf_counter() - t0, out
 
 
+def kernel_timings(repeats: int = 20) -> dict | str:
+    """On a GPU: the Pallas decode kernel vs the jitted pure-JAX reference at Qwen2.5-0.5B decode shapes
+    (14 query heads, 2 KV heads, head_dim 64, batch 8) for several cache lengths. Not run on CPU."""
+    if jax.default_backend() == "cpu":
+        return "not measured: no GPU/TPU in this run (the kernel is tested in interpret mode on CPU)"
+    from core.lm.kernels import decode_attention, decode_attention_reference
+
+    ref = jax.jit(decode_attention_reference)
+    out = {}
+    for S in (1024, 4096, 16384):
+        ks = jax.random.split(jax.random.key(S), 3)
+        q = jax.random.normal(ks[0], (8, 14, 64), jax.numpy.bfloat16)
+        k = jax.random.normal(ks[1], (8, S, 2, 64), jax.numpy.bfloat16)
+        v = jax.random.normal(ks[2], (8, S, 2, 64), jax.numpy.bfloat16)
+        mask = jax.numpy.ones((8, S), bool)
+        row = {}
+        for name, fn in (("pallas", lambda: decode_attention(q, k, v, mask, interpret=False)),
+                         ("reference", lambda: ref(q, k, v, mask))):
+            jax.block_until_ready(fn())
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                res = fn()
+            jax.block_until_ready(res)
+            row[f"{name}_us"] = (time.perf_counter() - t0) / repeats * 1e6
+        row["max_abs_diff"] = float(np.abs(np.asarray(decode_attention(q, k, v, mask, interpret=False), np.float32)
+                                           - np.asarray(ref(q, k, v, mask), np.float32)).max())
+        out[f"cache_{S}"] = row
+    return out
+
+
 def render_readme() -> None:
     """Rewrite the lm_decode table in core/lm/README.md from the JSON (benchmarks/render.py's format)."""
     from benchmarks import render
@@ -145,7 +175,7 @@ def main() -> None:
               f"{same:.2%} of {n} generated tokens identical"),
     ]
     path = write_results("lm_decode", rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
-                         speedup=ratio, same_token_fraction=same, repeats=args.repeats,
+                         speedup=ratio, same_token_fraction=same, repeats=args.repeats, kernel=kernel_timings(),
                          scale="issue scale (4 layers, width 256, batch 8, 64 new tokens) on a shared 2-core CPU")
     render_readme()
     print(f"ours {n / ours_s:.0f} tok/s, transformers {n / hf_s:.0f} tok/s, ratio {ratio:.2f}x, "

@@ -73,7 +73,7 @@ def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
         interpret = jax.default_backend() == "cpu"
     scale = Dh ** -0.5 if scale is None else scale
     G = H // KVH
-    Gp = max(_pow2(G), 1)
+    Gp = max(_pow2(G), 16)  # GPU dot tiles need >= 16 rows; the padded query rows are dropped below
     blk = min(block_size, _pow2(S))
     n_blocks = -(-S // blk)
     Sp = n_blocks * blk
