@@ -37,6 +37,8 @@ def test_kernel_forward_and_gradients_match_reference(inputs, with_masks):
     ref = kernels.routing_attention_reference(z, u, send, receive, masks, num_heads=HEADS)
     out = _kernel(z, u, send, receive, masks, num_heads=HEADS)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    if not with_masks:
+        return  # gradients are checked once, on the training path (with dropout masks)
     weight = jax.random.normal(jax.random.key(6), (P, D))  # a non-trivial cotangent
 
     def loss(fn):
@@ -48,7 +50,7 @@ def test_kernel_forward_and_gradients_match_reference(inputs, with_masks):
 
 
 def test_kernel_selectable_from_the_model():
-    kw = dict(seq_len=48, pred_len=24, latent_dim=4, num_layers=2, num_routers=4, num_heads=2, kernel_block=32,
+    kw = dict(seq_len=48, pred_len=24, latent_dim=4, num_layers=1, num_routers=4, num_heads=2, kernel_block=32,
               key=jax.random.key(0))
     ref_model = model.PhaseFormer(use_kernel=False, **kw)
     ker_model = model.PhaseFormer(use_kernel=True, **kw)
