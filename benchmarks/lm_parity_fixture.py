@@ -26,7 +26,8 @@ FIXTURE_DIR = pathlib.Path(__file__).resolve().parents[1] / "tests" / "core" / "
 
 _BASE = dict(vocab_size=48, hidden_size=32, intermediate_size=48, num_layers=2, rms_norm_eps=1e-6)
 
-# name -> (config, weight seed). GQA (kv < heads), MQA, bias on/off, tied/untied, rope scaling on/off.
+# name -> (config, weight seed). GQA (kv < heads), MQA, bias on/off, tied/untied, rope scaling on/off,
+# Qwen3 q/k norms.
 CASES: dict[str, tuple[LMConfig, int]] = {
     "qwen2_gqa_bias_tied": (LMConfig(architecture="qwen2", num_heads=4, num_kv_heads=2, head_dim=8,
                                      attention_bias=True, tie_word_embeddings=True, rope_theta=10000.0,
@@ -47,6 +48,8 @@ CASES: dict[str, tuple[LMConfig, int]] = {
         architecture="llama", num_heads=2, num_kv_heads=2, head_dim=16, attention_bias=True,
         tie_word_embeddings=False, rope_theta=10000.0, rope_scaling=RopeScaling(rope_type="linear", factor=2.0),
         **_BASE), 5),
+    "qwen3_qknorm_gqa_tied": (LMConfig(architecture="qwen3", num_heads=4, num_kv_heads=2, head_dim=16,
+                                       attention_bias=False, tie_word_embeddings=True, rope_theta=1e6, **_BASE), 6),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
+    "Qwen3ForCausalLM": "qwen3",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,7 +48,7 @@ class RopeScaling:
 class LMConfig:
     """A Qwen2/Llama-family decoder. Defaults are a tiny model; `from_hf` reads a real one."""
 
-    architecture: str = "qwen2"  # "qwen2" | "llama"
+    architecture: str = "qwen2"  # "qwen2" | "llama" | "qwen3" (Qwen3: per-head q/k RMSNorm)
     vocab_size: int = 64
     hidden_size: int = 32
     intermediate_size: int = 64
@@ -58,7 +59,7 @@ class LMConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
-    attention_bias: bool = True  # q/k/v bias (Qwen2: True)
+    attention_bias: bool = True  # Qwen2: q/k/v bias; Llama/Qwen3: q/k/v/o bias
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 4096
     dtype: str = "float32"  # compute dtype
@@ -78,6 +79,10 @@ class LMConfig:
         _check(self.rms_norm_eps > 0, "rms_norm_eps", self.rms_norm_eps, "> 0")
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {DTYPES}")
         _check(self.param_dtype in DTYPES, "param_dtype", self.param_dtype, f"one of {DTYPES}")
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.architecture == "qwen3"
 
     @property
     def num_groups(self) -> int:
@@ -194,8 +199,9 @@ class LMConfig:
         if d["rope_scaling"]:
             rope_parameters.update(d["rope_scaling"])
         d["rope_parameters"] = rope_parameters
-        if self.architecture == "llama":
+        if self.architecture in ("llama", "qwen3"):
             d["attention_bias"] = self.attention_bias
+        if self.architecture == "llama":
             d["mlp_bias"] = False
         else:
             d["use_sliding_window"] = False

@@ -142,11 +142,16 @@ class Attention(nnx.Module):
             self.v_bias = _param(rngs, _zeros, (KVH, Dh), ("kv_heads", "head_dim"), pd)
         else:
             self.q_bias = self.k_bias = self.v_bias = None
-        # Llama's attention_bias also puts a bias on o_proj; Qwen2's q/k/v bias does not.
-        if c.attention_bias and c.architecture == "llama":
+        # Llama's and Qwen3's attention_bias also put a bias on o_proj; Qwen2's q/k/v bias does not.
+        if c.attention_bias and c.architecture in ("llama", "qwen3"):
             self.o_bias = _param(rngs, _zeros, (D,), ("embed",), pd)
         else:
             self.o_bias = None
+        if c.qk_norm:  # Qwen3: RMSNorm over head_dim on every query/key head, before rotary
+            self.q_norm = RMSNorm(Dh, c.rms_norm_eps, param_dtype=pd, rngs=rngs)
+            self.k_norm = RMSNorm(Dh, c.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        else:
+            self.q_norm = self.k_norm = None
 
     def qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         dt = x.dtype
@@ -157,6 +162,8 @@ class Attention(nnx.Module):
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
             v = v + self.v_bias[...].astype(dt)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
     def out(self, heads: jax.Array) -> jax.Array:

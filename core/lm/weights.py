@@ -72,9 +72,12 @@ def weight_specs(config: LMConfig) -> list[WeightSpec]:
                 specs.append(WeightSpec(p + f"self_attn.{n}_proj.bias", L + ("self_attn", f"{n}_bias"),
                                         (heads * Dh,), lambda w, h=heads: w.reshape(h, Dh),
                                         lambda w, h=heads: w.reshape(h * Dh)))
-            if c.architecture == "llama":
+            if c.architecture in ("llama", "qwen3"):
                 specs.append(WeightSpec(p + "self_attn.o_proj.bias", L + ("self_attn", "o_bias"), (D,), ident,
                                         ident))
+        if c.qk_norm:
+            specs += [WeightSpec(p + f"self_attn.{n}_norm.weight", L + ("self_attn", f"{n}_norm", "weight"), (Dh,),
+                                 ident, ident) for n in ("q", "k")]
     specs.append(WeightSpec("model.norm.weight", ("norm", "weight"), (D,), ident, ident))
     if not c.tie_word_embeddings:
         specs.append(WeightSpec("lm_head.weight", ("lm_head",), (V, D), tr, tr))

@@ -30,7 +30,7 @@ def _ours(folder, tokens, mask, positions):
 
 def test_fixture_covers_the_issue_matrix():
     configs = [LMConfig.from_hf(META["cases"][n]["hf_config"]) for n in CASES]
-    assert {c.architecture for c in configs} == {"qwen2", "llama"}
+    assert {c.architecture for c in configs} == {"qwen2", "llama", "qwen3"}
     assert any(c.num_kv_heads < c.num_heads for c in configs)
     assert {c.attention_bias for c in configs} == {True, False}
     assert {c.tie_word_embeddings for c in configs} == {True, False}
