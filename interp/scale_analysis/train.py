@@ -254,6 +254,12 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
     def in_ci(fit, value):
         return bool(np.isfinite(fit.get("lo", float("nan"))) and fit["lo"] <= value <= fit["hi"])
 
+    def decide(fit, pred, null):
+        """Held iff the prediction is inside the 95% interval and the null alternative is outside it (an
+        interval too wide to tell them apart is reported as not held: inconclusive)."""
+        fit["null"] = null
+        return in_ci(fit, pred) and not in_ci(fit, null)
+
     for sweep, arch_name in (("two_d", "two-layer"), ("three_d", "three-layer")):
         rs = by[sweep]
         if not rs:
@@ -264,7 +270,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
         fit["predicted"] = pred
         fits[f"{sweep}_p_star_vs_d"] = fit
         widths = ", ".join(f"d={r['d']}: N={r['widths']}" for r in rs)
-        held = in_ci(fit, pred) and fit["hi"] < 3.0
+        held = decide(fit, pred, 3.0)
         claims.append(_claim(
             f"{sweep}_p_star_linear_in_d",
             f"{arch_name} P* (A_f = 1/2) grows like the predicted d^{pred:.2f} at widths proportional to d, "
@@ -281,7 +287,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
             "two_layer_p_star_proportional_to_energy",
             "two-layer P* is proportional to the calculator's minimum energy (2 sqrt(N d) in the Spec row, "
             "d + N at M = 1) across the d and N sweeps",
-            in_ci(fit, 1.0), f"fitted slope of log P* on log E_min: {_fmt_fit(fit)} vs 1"))
+            decide(fit, 1.0, 0.0), f"fitted slope of log P* on log E_min: {_fmt_fit(fit)} vs 1 (null: 0)"))
     rs = by["two_n"]
     if rs:
         xs, ys = _seed_points(rs, lambda r: r["widths"][0])
@@ -292,7 +298,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
         claims.append(_claim(
             "two_layer_p_star_vs_width",
             f"two-layer P* grows like the predicted N^{pred:.2f} at fixed d={rs[0]['d']} (2 sqrt(N d))",
-            in_ci(fit, pred), f"fitted {_fmt_fit(fit)} vs predicted {pred:.2f}; P* by N: "
+            decide(fit, pred, 0.0), f"fitted {_fmt_fit(fit)} vs predicted {pred:.2f} (null: 0); P* by N: "
                               f"{ {r['widths'][0]: r['p_star'] for r in rs} }"))
         xs, ys = [], []
         for r in rs:
@@ -309,7 +315,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
         claims.append(_claim(
             "two_layer_specialists_sqrt_n_over_d",
             f"the count of specialised first-layer neurons at P* grows like (N/d)^{pred:.2f} (sqrt(N/d))",
-            in_ci(fit, pred), f"fitted {_fmt_fit(fit)} vs predicted {pred:.2f}; excess counts "
+            decide(fit, pred, 0.0), f"fitted {_fmt_fit(fit)} vs predicted {pred:.2f} (null: 0); excess counts "
                               f"(|cos| > tau, minus the prior's) at P* by N: {counts}; d={rs[0]['d']}"))
     rs = by["three_n1"]
     if rs:
@@ -368,6 +374,7 @@ def experiment(config: configs.Config, log: Callable[[str], None] = print,
 def plot(result: dict[str, Any], workdir: pathlib.Path, prefix: str = "") -> list[pathlib.Path]:
     """A_f against P and against P / P*_pred, P* against d, specialists against N/d, the N1 transition."""
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -386,6 +393,7 @@ def plot(result: dict[str, Any], workdir: pathlib.Path, prefix: str = "") -> lis
             for i, xl in enumerate(("P", "P / E_min (predicted P*/kappa)")):
                 ax = axes[i, k]
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
                 ax.axhline(A_HALF, color="gray", lw=0.8, ls="--")
                 ax.set_xlabel(xl)
                 ax.set_ylabel("alignment A_f (held out)")
