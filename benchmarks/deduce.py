@@ -184,6 +184,9 @@ def main(argv=None):
     ap.add_argument("--scale", choices=tuple(SCALES), default="full")
     ap.add_argument("--budget-min", type=float, default=None, help="skip phases once this many minutes passed")
     ap.add_argument("--out", default="deduce")
+    ap.add_argument("--phases", default="", help="comma-separated subset of phases to run (default: all)")
+    ap.add_argument("--selected-from", default="", help="take (delta, epsilon) from this results JSON's "
+                    "'selected' instead of sweeping")
     args = ap.parse_args(argv)
     scale = dict(SCALES[args.scale])
     budget = 60 * (args.budget_min if args.budget_min is not None else scale["budget_min"])
@@ -231,6 +234,16 @@ def main(argv=None):
                                title="Split MNIST class-IL, buffer 500 (5 seeds)", ylabel="average accuracy %")
         return table, path
 
+    if args.phases:
+        wanted = set(args.phases.split(","))
+        unknown = wanted - {name for name, _ in phases}
+        if unknown:
+            raise SystemExit(f"--phases {sorted(unknown)}: expected names from {[n for n, _ in phases]}")
+        phases = [(name, spec) for name, spec in phases if name in wanted]
+    if args.selected_from:
+        import json
+        best = json.loads(pathlib.Path(args.selected_from).read_text())["selected"]
+        log(f"(delta, epsilon) from {args.selected_from}: {best}")
     for name, spec in phases:
         if time.time() - t0 > budget:
             skipped.append(name)

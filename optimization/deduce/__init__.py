@@ -9,7 +9,9 @@ EXPERIMENT = Experiment(
     name="deduce", paper=16,
     title="DEDUCE: detect, decide, unlearn: transfer-aware continual learning (ER / DER++ + LUM + GUM)",
     presets=PRESETS, run=run,
-    runtimes={"tiny": "~20 s on 2 CPU cores", "demo": "~40 s on 2 CPU cores"})
+    runtimes={"tiny": "~1 min on 2 CPU cores (compile-bound)", "demo": "~1-2 min on 2 CPU cores (compile-bound)",
+              "split_mnist": "~15-30 min on 2 CPU cores", "split_fmnist": "~1 h on 2 CPU cores",
+              "perm_mnist": "~1 h on 2 CPU cores", "cifar100": "GPU; needs the user's tfds cifar100"})
 
 __all__ = ["ARMS", "PRESETS", "Config", "DataConfig", "DeduceConfig", "ModelConfig", "TrainConfig",
            "EXPERIMENT", "aggregate", "make_runs", "run", "run_stream"]

@@ -348,7 +348,8 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
             if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
                 if ckpt is not None:
                     ckpt.close()
-                return {"stopped": True, "data_state": data_state}
+                return {"stopped": True, "data_state": data_state, "final_states": states,
+                        "final_params": states.params}
             length = min(chunk, trainer.steps_per_task - data_state["pos"])
             states, metrics = trainer._chunk(states, hp, arrays, t_arr,
                                              jnp.asarray(data_state["pos"], jnp.int32), length)
@@ -371,8 +372,7 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
         data_state["acc_class"].append(_host(acc_c).tolist())
         data_state["acc_task"].append(_host(acc_t).tolist())
         data_state["task"], data_state["pos"] = t + 1, 0
-        if ckpt is not None:
-            ckpt.save((t + 1) * trainer.steps_per_task + 1, states, data_state=data_state)
+        # no save here: a resume from the task's last chunk (pos == steps_per_task) redoes end_task + eval
     if bar is not None:
         bar.close()
     if ckpt is not None:
