@@ -204,7 +204,8 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
                     if tp == topo:
                         t, m, lo, hi = _band(c["regret_mean"], 2000)
                         keep = t >= t_from
-                        sel[lab] = (t[keep], np.maximum(m[keep], 1e-9))
+                        if np.all(m[keep] > 0):      # a curve with regret <= 0 has no log-log slope: left out
+                            sel[lab] = (t[keep], m[keep])
                 if sel:
                     line_plot(workdir / f"regret_loglog_{cfg.setting}_{topo}.png", sel, logx=True, logy=True,
                               title=f"{cfg.setting}, {topo}: log-log regret", xlabel="T", ylabel="mean individual regret")
