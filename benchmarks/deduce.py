@@ -187,7 +187,13 @@ def main(argv=None):
     ap.add_argument("--phases", default="", help="comma-separated subset of phases to run (default: all)")
     ap.add_argument("--selected-from", default="", help="take (delta, epsilon) from this results JSON's "
                     "'selected' instead of sweeping")
+    ap.add_argument("--render", default="", help="only regenerate the README block of this results name "
+                    "(e.g. deduce_perm_mnist) from benchmarks/results/<name>.json")
     args = ap.parse_args(argv)
+    if args.render:
+        from core.results import load_results
+        update_readme(render_table(load_results(args.render)), name=args.render)
+        return
     scale = dict(SCALES[args.scale])
     budget = 60 * (args.budget_min if args.budget_min is not None else scale["budget_min"])
     t0 = time.time()
@@ -225,8 +231,8 @@ def main(argv=None):
         record = dict(rows=rows, claims=claims, wall_seconds=wall, scale=record_scale,
                       phases_run=run_phases, phases_skipped=skipped)
         table = render_table(record)
+        update_readme(table, name=args.out)
         if args.out == "deduce":
-            update_readme(table)
             main_rows = [r for r in rows if r["phase"] == "main" and r["dataset"] == "split_mnist" and r["buffer"] == 500]
             if main_rows:
                 plots.bar_plot(RESULTS / "deduce_split_mnist_buf500.png", {r["arm"]: r["class_avg_acc"] for r in main_rows},
