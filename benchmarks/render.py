@@ -20,6 +20,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 MAX_ROWS = 40
+MAX_SCALE_CHARS = 240
 
 
 def _fmt(value: Any) -> str:
@@ -58,7 +59,12 @@ def rows_table(record: dict) -> str:
 
 def provenance(name: str, record: dict) -> str:
     scale = record.get("scale")
-    scale_text = f" Scale: {json.dumps(scale) if isinstance(scale, (dict, list)) else scale}." if scale else ""
+    scale_text = ""
+    if scale:
+        text = json.dumps(scale) if isinstance(scale, (dict, list)) else str(scale)
+        if len(text) > MAX_SCALE_CHARS:
+            text = text[:MAX_SCALE_CHARS].rstrip() + " … (the rest in the JSON)"
+        scale_text = f" Scale: {text}."
     return (f"_From `benchmarks/results/{name}.json`: `{record.get('command', '?')}` at commit "
             f"`{str(record.get('git_commit', '?'))[:12]}`, {record.get('wall_seconds', '?')} s wall.{scale_text}_")
 
