@@ -11,7 +11,8 @@ EXPERIMENT = Experiment(
     title="DecAlign: hierarchical cross-modal alignment for decoupled multimodal representation learning",
     presets=PRESETS,
     run=run,
-    runtimes={"tiny": "~20 s on 2 CPU cores", "demo": "~1 min on 2 CPU cores",
+    runtimes={"tiny": "~30 s CPU time (131 s wall on the shared, overloaded 2-core machine)",
+              "demo": "~1-1.5 min CPU time, estimated from a partial run under load",
               "paper": "GPU; needs the user's MMSA MOSI pickle"},
 )
 

@@ -166,14 +166,14 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """Under a minute on 2 CPU cores: baseline vs full DecAlign on synthetic MOSI-like data, 2 seeds.
+    """About a minute on 2 idle CPU cores: baseline vs full DecAlign on synthetic MOSI-like data, 2 seeds.
 
     `iclr26 run decalign --preset demo --workdir /tmp/dec`; writes metrics.json and PNG plots.
     """
     return Config(
-        data=DataConfig(n_train=1024, n_valid=256, n_test=512, seq_len=20, dim_text=64, heterogeneity=0.8),
+        data=DataConfig(n_train=768, n_valid=192, n_test=384, seq_len=20, dim_text=64, heterogeneity=0.8),
         model=ModelConfig(d_model=32, num_heads=4, num_layers=1, proto_dim=32),
-        train=TrainConfig(lr=1e-3, batch_size=32, epochs=6, patience=6, seeds=2, fast_compile=True),
+        train=TrainConfig(lr=1e-3, batch_size=32, epochs=5, patience=6, seeds=2, fast_compile=True),
         variants=("baseline", "full"),
     )
 
