@@ -11,6 +11,8 @@ import json
 import pathlib
 from typing import Any, Mapping
 
+from core.config import check
+
 SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
@@ -18,11 +20,6 @@ SUPPORTED_ARCHITECTURES = {
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _check(ok: bool, field: str, value: Any, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"{field}={value!r}: expected {expected}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,11 +33,11 @@ class RopeScaling:
     original_max_position_embeddings: int = 8192
 
     def __post_init__(self):
-        _check(self.rope_type in SUPPORTED_ROPE_TYPES, "rope_scaling.rope_type", self.rope_type,
+        check(self.rope_type in SUPPORTED_ROPE_TYPES, "rope_scaling.rope_type", self.rope_type,
                f"one of {SUPPORTED_ROPE_TYPES}")
-        _check(self.factor > 0, "rope_scaling.factor", self.factor, "> 0")
+        check(self.factor > 0, "rope_scaling.factor", self.factor, "> 0")
         if self.rope_type == "llama3":
-            _check(self.high_freq_factor > self.low_freq_factor, "rope_scaling.high_freq_factor",
+            check(self.high_freq_factor > self.low_freq_factor, "rope_scaling.high_freq_factor",
                    self.high_freq_factor, f"> low_freq_factor={self.low_freq_factor}")
 
 
@@ -68,17 +65,17 @@ class LMConfig:
     eos_token_id: int | tuple[int, ...] | None = None
 
     def __post_init__(self):
-        _check(self.architecture in SUPPORTED_ARCHITECTURES.values(), "architecture", self.architecture,
+        check(self.architecture in SUPPORTED_ARCHITECTURES.values(), "architecture", self.architecture,
                f"one of {tuple(SUPPORTED_ARCHITECTURES.values())}")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                      "num_kv_heads", "head_dim", "max_position_embeddings"):
-            _check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
-        _check(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", self.num_kv_heads,
+            check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+        check(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", self.num_kv_heads,
                f"a divisor of num_heads={self.num_heads}")
-        _check(self.head_dim % 2 == 0, "head_dim", self.head_dim, "even (rotary embeddings)")
-        _check(self.rms_norm_eps > 0, "rms_norm_eps", self.rms_norm_eps, "> 0")
-        _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {DTYPES}")
-        _check(self.param_dtype in DTYPES, "param_dtype", self.param_dtype, f"one of {DTYPES}")
+        check(self.head_dim % 2 == 0, "head_dim", self.head_dim, "even (rotary embeddings)")
+        check(self.rms_norm_eps > 0, "rms_norm_eps", self.rms_norm_eps, "> 0")
+        check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {DTYPES}")
+        check(self.param_dtype in DTYPES, "param_dtype", self.param_dtype, f"one of {DTYPES}")
 
     @property
     def qk_norm(self) -> bool:
@@ -243,12 +240,12 @@ class TinyLMConfig:
     eval_every: int = 200
 
     def __post_init__(self):
-        _check(self.task in ("reverse", "kv_recall"), "task", self.task, "'reverse' or 'kv_recall'")
-        _check(2 <= self.num_symbols, "num_symbols", self.num_symbols, ">= 2")
-        _check(1 <= self.min_len <= self.max_len, "min_len", self.min_len, f"in [1, max_len={self.max_len}]")
+        check(self.task in ("reverse", "kv_recall"), "task", self.task, "'reverse' or 'kv_recall'")
+        check(2 <= self.num_symbols, "num_symbols", self.num_symbols, ">= 2")
+        check(1 <= self.min_len <= self.max_len, "min_len", self.min_len, f"in [1, max_len={self.max_len}]")
         for name in ("seq_len", "num_train", "num_eval", "batch_size", "steps", "log_every"):
-            _check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
-        _check(self.lr > 0, "lr", self.lr, "> 0")
+            check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+        check(self.lr > 0, "lr", self.lr, "> 0")
 
 
 def tiny_presets() -> dict[str, TinyLMConfig]:

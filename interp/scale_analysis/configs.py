@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-try:  # core/ is written in parallel; fall back to a local twin of its `check` until it lands
-    from core.config import check
-except ImportError:  # pragma: no cover
-    def check(ok, field, value, expected):
-        if not ok:
-            raise ValueError(f"{field}={value!r}: expected {expected}")
+from core.config import check
 
 SWEEPS = ("two_d", "two_n", "three_d", "three_n1")
 

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
+from core.results import claim
+from core.train import write_metrics
 from interp.scale_analysis import configs, order_params, sample, theory
 
 A_HALF = 0.5   # half-way between the lazy alignment (~0: the GP's cubic eigenvalue is ~d^-3) and learned (1)
@@ -216,11 +218,7 @@ def _nan_to_none(x):
 # -- claims ------------------------------------------------------------------------------------------------
 
 def _claim(id_: str, statement: str, held: bool, evidence: str) -> dict[str, Any]:
-    try:
-        from core.results import claim
-        return dict(claim(id_, statement, bool(held), evidence))
-    except ImportError:
-        return {"id": id_, "statement": statement, "held": bool(held), "evidence": evidence}
+    return dict(claim(id_, statement, bool(held), evidence))
 
 
 def _pred_slope(rows, xkey: Callable[[dict], float], ykey: Callable[[dict], float]) -> float:
@@ -468,9 +466,5 @@ def run(config: configs.Config, workdir: pathlib.Path) -> dict[str, Any]:
     }
     metrics = json.loads(json.dumps(metrics, default=float).replace("NaN", "null"))
     (workdir / "rows.json").write_text(json.dumps(result["rows"], indent=1, default=float).replace("NaN", "null"))
-    try:
-        from core.train import write_metrics
-        write_metrics(workdir, metrics)
-    except ImportError:
-        (workdir / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    write_metrics(workdir, metrics)
     return metrics
