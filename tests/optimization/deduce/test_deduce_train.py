@@ -11,6 +11,7 @@ import pytest
 from core.config import ConfigError, apply_overrides
 from core.sharding import make_mesh
 from optimization.deduce import PRESETS, make_runs, run, run_stream
+from optimization.deduce.data import make_stream
 
 TINY = PRESETS["tiny"]
 
@@ -73,7 +74,11 @@ def test_runs_sharded_over_8_devices_equal_single_device(devices):
         a, b = getattr(sharded["final_states"], name), getattr(single["final_states"], name)
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(sharded["final_states"].buffer.n_seen), 450)  # 3 chunks x 15 steps x 10
+    # task 0 (steps_per_task steps, chunks of 15 and the rest) + one 15-step chunk of task 1, 10 examples a step
+    n_max = max(len(t.train_y) for t in make_stream(TINY.data).tasks)
+    steps_per_task = -(-n_max // TINY.train.batch_size)
+    expected = (steps_per_task + TINY.train.chunk_steps) * TINY.train.batch_size
+    np.testing.assert_array_equal(np.asarray(sharded["final_states"].buffer.n_seen), expected)
     assert np.asarray(single["final_states"].fired).sum() > 0   # LUM acted in task 1
 
 
