@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean
+.PHONY: demo test install benchmark-data clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), f"Python 3.11+ needed, found {sys.version.split()[0]}: run make PYTHON=python3.11"'
@@ -23,6 +23,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+# Optional data that only some benchmarks read (Split Fashion-MNIST for DEDUCE); Debian's package, needs root.
+benchmark-data:
+	apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist
 
 clean:
 	rm -rf $(VENV) runs

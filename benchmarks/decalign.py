@@ -159,7 +159,7 @@ def main(argv=None):
 
 
 def render(path: pathlib.Path):
-    """Write the README table between <!-- results:decalign --> markers from the results JSON."""
+    """Write the README table between <!-- table:decalign --> markers from the results JSON."""
     rec = json.loads(path.read_text())
     lines = [f"Synthetic MOSI-like data, {rec['scale']['seeds']} seeds, {rec['scale']['epochs']} epochs, "
              f"n_train {rec['scale']['n_train']}; mean ± std over seeds of test metrics at the best "
@@ -177,7 +177,7 @@ def render(path: pathlib.Path):
               ", ".join(f"{v:.1f} run-steps/s at h={h}" for h, v in sp["vmapped_run_steps_per_s"].items()) +
               " (2 shared CPU cores)."]
     text = README.read_text()
-    start, end = f"<!-- results:{rec_name(path)} -->", f"<!-- /results:{rec_name(path)} -->"
+    start, end = f"<!-- table:{rec_name(path)} -->", f"<!-- /table:{rec_name(path)} -->"
     if start in text and end in text:
         text = re.sub(re.escape(start) + ".*?" + re.escape(end), start + "\n" + "\n".join(lines) + "\n" + end,
                       text, flags=re.S)

@@ -166,7 +166,7 @@ def update_readme(text: str, name: str = "deduce") -> None:
     if not README.exists():
         return
     body = README.read_text()
-    pattern = re.compile(rf"(<!-- results:{name} -->\n).*?(<!-- /results:{name} -->)", re.S)
+    pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
     if pattern.search(body):
         README.write_text(pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), body))
 

@@ -227,7 +227,7 @@ def render_readme(table, claims):
     if not README.exists():
         return
     text = README.read_text()
-    start, end = f"<!-- results:{NAME} -->", f"<!-- /results:{NAME} -->"
+    start, end = f"<!-- table:{NAME} -->", f"<!-- /table:{NAME} -->"
     if start not in text or end not in text:
         return
     body = [render_table(table), "", "Claims (from `benchmarks/results/phaseformer_ett.json`):", ""]

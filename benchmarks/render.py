@@ -2,7 +2,9 @@
 
 Between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in README.md (and in any `*/README.md` that
 carries the same markers) goes the table rendered from `benchmarks/results/NAME.json`; `<!-- claims -->`
-... `<!-- /claims -->` in the top-level README gets every benchmark's claims. Usage:
+... `<!-- /claims -->` in the top-level README gets every benchmark's claims. A benchmark that renders a
+method-specific table from its own JSON writes it between `<!-- table:NAME -->` markers instead, which this
+script leaves alone (its claims still reach the top-level README). Usage:
 
     python benchmarks/render.py            # rewrite the READMEs in place
     python benchmarks/render.py --check    # exit 1 if a README is out of date with the JSON files
