@@ -296,10 +296,21 @@ async def run_case(case: Case, policy: Policy, selector=None) -> Result:
     return Result(case, policy.name, success, correct, blocked, detail)
 
 
+async def _drain_sdk_tasks(timeout: float = 5.0) -> None:
+    """Cancel what a case left running in the SDK (e.g. the workers of tasks parked in input-required) and let it
+    finish while the loop is alive; left to the garbage collector, it reports ignored GeneratorExits."""
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+
+
 async def run_cases(cases: Sequence[Case], policy: Policy, selector=None, progress=None) -> list[Result]:
     results = []
     for case in cases:
         results.append(await run_case(case, policy, selector))
+        await _drain_sdk_tasks()
         if progress is not None:
             progress.update(1)
     return results
