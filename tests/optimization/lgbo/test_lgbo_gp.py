@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers import CompileCounter
 from optimization import gp
 
 
@@ -91,20 +90,21 @@ def test_log_joint_equals_scipy_and_ignores_padding():
 
 
 def test_fit_map_improves_and_never_recompiles_as_data_grows():
-    x, y, mask = data(n=6, n_max=16)
+    x, y, _ = data(n=6, n_max=16)
     fit = jax.jit(lambda x, y, m, w: gp.fit_map(x, y, m, w, steps=12))
-    params = gp.default_params(3)
     jfit = jax.jit(gp.log_joint)
-    with CompileCounter() as cc:
-        for n in (6, 9, 12):
-            mask = (np.arange(16) < n).astype(np.float64)
-            ys, _, _ = gp.standardize(jnp.asarray(y * mask), jnp.asarray(mask))
-            start = jfit(gp.default_params(3), jnp.asarray(x), ys, jnp.asarray(mask))
-            params = fit(jnp.asarray(x), ys, jnp.asarray(mask), params)
-            end = jfit(params, jnp.asarray(x), ys, jnp.asarray(mask))
-            assert float(end) > float(start), (n, start, end)
-            assert np.all(np.asarray(params.lengthscale) > 0) and float(params.noise) >= gp.NOISE_FLOOR
-    assert cc.count <= 2, f"{cc.count} compiles for 3 data sizes: the padded buffers should compile once"
+    x, params = jnp.asarray(x), gp.default_params(3)
+    for n in (6, 9, 12):
+        mask = jnp.asarray((np.arange(16) < n).astype(np.float64))
+        ys, _, _ = gp.standardize(jnp.asarray(y) * mask, mask)
+        start = jfit(gp.default_params(3), x, ys, mask)
+        params = fit(x, ys, mask, params)
+        end = jfit(params, x, ys, mask)
+        assert float(end) > float(start), (n, start, end)
+        assert np.all(np.asarray(params.lengthscale) > 0) and float(params.noise) >= gp.NOISE_FLOOR
+    # The jit caches, not a global compile count: numpyro's distributions run one-off eager ops while
+    # being traced, and whether an earlier test in this worker already compiled those varies.
+    assert (fit._cache_size(), jfit._cache_size()) == (1, 1), "the padded buffers should compile once"
 
 
 def test_fit_map_beats_nearby_points():
