@@ -13,7 +13,7 @@ $(BIN)/python:
 
 # Re-installs only when the packaging or the pins change.
 $(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e ".[test,data]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,data,speech]"
 	@touch $@
 
 install: $(VENV)/.installed
