@@ -1,0 +1,50 @@
+"""Real digit pools: the shipped MNIST test set (28x28) or scikit-learn's 8x8 digits (resized), split into
+four disjoint pools: generator training, attribution training, attack training (real only) and evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.datasets.mnist import load_mnist_test
+
+from .configs import DataConfig
+
+POOLS = ("gm", "am", "attack", "eval")
+
+
+def load_digits_images(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 1,797 8x8 digits (values 0..16) bilinearly resized to size x size, in [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    import jax
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[..., None]
+    x = np.asarray(jax.image.resize(x, (x.shape[0], size, size, 1), method="bilinear"))
+    return np.clip(x, 0.0, 1.0), d.target.astype(np.int32)
+
+
+def load_pools(config: DataConfig) -> dict[str, dict[str, np.ndarray]]:
+    """{pool: {"image": (N, S, S, 1) float32 in [0, 1], "label": (N,) digit}} with disjoint pools.
+
+    MNIST images are the uint8 test set / 255; a seeded permutation assigns images to pools, so the pools
+    are disjoint by construction. Raises ValueError when the source has fewer images than the pools need.
+    """
+    if config.source == "mnist":
+        images, labels = load_mnist_test()
+        if config.image_size != 28:
+            raise ValueError(f"data.image_size={config.image_size}: MNIST images are 28x28, expected 28")
+        x = (images.astype(np.float32) / 255.0)[..., None]
+    else:
+        x, labels = load_digits_images(config.image_size)
+    sizes = [config.n_gm, config.n_am, config.n_attack, config.n_eval]
+    if sum(sizes) > len(x):
+        raise ValueError(f"pools {dict(zip(POOLS, sizes))} need {sum(sizes)} images: expected at most "
+                         f"{len(x)} from source {config.source!r}")
+    order = np.random.default_rng(config.seed).permutation(len(x))
+    out, start = {}, 0
+    for name, n in zip(POOLS, sizes):
+        idx = order[start:start + n]
+        out[name] = {"image": x[idx], "label": labels[idx].astype(np.int32), "index": idx}
+        start += n
+    return out

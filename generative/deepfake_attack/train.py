@@ -1,0 +1,706 @@
+"""Training of every model in the benchmark, each as one jitted `lax.scan`, and the whole pipeline `run`.
+
+Pipeline: real pools -> generator zoo (6 families) with samples and FID -> 4 attribution models -> the
+attack U-Net trained on real images only (additive and multiplicative vmapped together) -> budgets matched
+by PSNR -> references (white-box PGD, blur, DCT) -> defences (retraining, blur, DCT, denoising AE, spectrum
+normalisation) -> ASR / to-real / PSNR / SSIM tables, plots, metrics.json.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from core.plots import bar_plot, image_grid
+from core.train import init_train_state, make_train_step, progress, write_metrics
+
+from . import losses as L
+from . import metrics as M
+from . import ops
+from .configs import ATTRIBUTORS, GENERATORS, AMConfig, AttackConfig, Config, GenConfig
+from .data import load_pools
+from .model import (MADE, ConvClassifier, ConvVAE, DCGANGenerator, DenoisingAE, Discriminator, MLPClassifier,
+                    PseudoGenerator, SmallUNet, apply, split)
+
+UPSAMPLE = {"dcgan_transposed": "transposed", "dcgan_nearest": "nearest", "dcgan_bilinear": "bilinear"}
+PSEUDO_FAMILIES = ("transposed", "nearest", "bilinear")
+
+
+# --------------------------------------------------------------------------------------------- generic scan
+
+def scan_fit(loss_fn: Callable, tx: optax.GradientTransformation, params: Any, arrays: dict, key: jax.Array,
+             steps: int, batch_size: int) -> tuple[Any, jax.Array]:
+    """Train `loss_fn(params, batch, key)` for `steps` steps in one lax.scan (call it under jit).
+
+    Each step draws `batch_size` indices uniformly from the arrays with fold_in(key, step); the loss key is
+    core's fold_in(state.key, step). Returns (params, per-step losses)."""
+    step = make_train_step(loss_fn, tx, donate=False)
+    state = init_train_state(params, tx, key)
+    n = jax.tree.leaves(arrays)[0].shape[0]
+    data_key = jax.random.fold_in(key, 7)
+
+    def body(state, _):
+        idx = jax.random.randint(jax.random.fold_in(data_key, state.step), (batch_size,), 0, n)
+        state, m = step(state, jax.tree.map(lambda a: a[idx], arrays))
+        return state, m["loss"]
+
+    state, losses = jax.lax.scan(body, state, None, length=steps)
+    return state.params, losses
+
+
+# --------------------------------------------------------------------------------------------- generators
+
+def build_generator(name: str, gen: GenConfig, size: int, key: jax.Array):
+    """(graphdef, params) of a generator family; GANs hold {"g": ..., "d": ...} params."""
+    rngs = nnx.Rngs(params=key)
+    if name in UPSAMPLE:
+        gd_g, pg = split(DCGANGenerator(gen.latent, gen.width, size, UPSAMPLE[name], rngs=rngs))
+        gd_d, pd = split(Discriminator(gen.width, size, rngs=rngs))
+        return (gd_g, gd_d), {"g": pg, "d": pd}
+    if name == "vae":
+        return split(ConvVAE(gen.latent, gen.width, size, rngs=rngs))
+    if name == "made":
+        return split(MADE((size // 2) ** 2, gen.made_hidden, rngs=rngs))
+    if name == "ddpm":
+        return split(SmallUNet(gen.width, time_dim=gen.width, rngs=rngs))
+    raise ValueError(f"generator {name!r}: expected one of {GENERATORS}")
+
+
+def make_sampler(name: str, graphdef, gen: GenConfig, size: int) -> Callable[[Any, jax.Array, int], jax.Array]:
+    """sample(params, key, n) -> (n, size, size, 1) 8-bit-quantised images in [0, 1]; jitted, n static."""
+    if name in UPSAMPLE:
+        def sample(params, key, n):
+            z = jax.random.normal(key, (n, gen.latent))
+            return apply(graphdef[0], params["g"], z)
+    elif name == "vae":
+        def sample(params, key, n):
+            z = jax.random.normal(key, (n, gen.latent))
+            return jax.nn.sigmoid(apply(graphdef, params, z, method="decode"))
+    elif name == "made":
+        half = size // 2
+        dim = half * half
+
+        def sample(params, key, n):
+            def body(d, carry):
+                x, k = carry
+                k, sub = jax.random.split(k)
+                p = jax.nn.sigmoid(apply(graphdef, params, x)[:, d])
+                return x.at[:, d].set(jax.random.bernoulli(sub, p).astype(jnp.float32)), k
+
+            x, _ = jax.lax.fori_loop(0, dim, body, (jnp.zeros((n, dim)), key))
+            return ops.resize(x.reshape(n, half, half, 1), size, "bilinear")
+    elif name == "ddpm":
+        ab = jnp.asarray(L.cosine_alpha_bar(gen.ddpm_timesteps))
+        ab_prev = jnp.concatenate([jnp.ones(1), ab[:-1]])
+
+        def sample(params, key, n):
+            k0, key = jax.random.split(key)
+            x = jax.random.normal(k0, (n, size, size, 1))
+
+            def body(i, x):
+                t = gen.ddpm_timesteps - 1 - i
+                eps = apply(graphdef, params, x, jnp.full((n,), t))
+                a_t, a_prev = ab[t], ab_prev[t]
+                beta = 1.0 - a_t / a_prev
+                x0 = jnp.clip((x - jnp.sqrt(1 - a_t) * eps) / jnp.sqrt(a_t), -1.0, 1.0)
+                mean = (jnp.sqrt(a_prev) * beta / (1 - a_t)) * x0 + (jnp.sqrt(1 - beta) * (1 - a_prev) / (1 - a_t)) * x
+                var = beta * (1 - a_prev) / (1 - a_t)
+                z = jax.random.normal(jax.random.fold_in(key, i), x.shape)
+                return mean + jnp.where(t > 0, jnp.sqrt(var), 0.0) * z
+
+            x = jax.lax.fori_loop(0, gen.ddpm_timesteps, body, x)
+            return (x + 1.0) / 2.0
+    else:
+        raise ValueError(f"generator {name!r}: expected one of {GENERATORS}")
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def quantized(params, key, n):
+        return ops.quantize8(sample(params, key, n))
+
+    return quantized
+
+
+def train_generator(name: str, gen: GenConfig, x: np.ndarray, key: jax.Array):
+    """Train one generator on real images x (N, S, S, 1). Returns (graphdef, params, per-step losses)."""
+    size = x.shape[1]
+    k_init, k_train = jax.random.split(key)
+    graphdef, params = build_generator(name, gen, size, k_init)
+    arrays = {"image": jnp.asarray(x)}
+    if name in UPSAMPLE:
+        return (graphdef, *_train_gan(graphdef, params, gen, arrays, k_train))
+    if name == "vae":
+        def loss_fn(p, batch, k):
+            xb = batch["image"]
+            mu, logvar = apply(graphdef, p, xb, method="encode")
+            z = mu + jnp.exp(0.5 * logvar) * jax.random.normal(k, mu.shape)
+            loss = L.vae_loss(apply(graphdef, p, z, method="decode"), xb, mu, logvar)
+            return loss, {}
+        steps = gen.vae_steps
+    elif name == "made":
+        def loss_fn(p, batch, k):
+            half = ops.avg_pool2(batch["image"]).reshape(batch["image"].shape[0], -1)
+            xb = jax.random.bernoulli(k, half).astype(jnp.float32)  # dynamic binarisation
+            return L.bernoulli_nll(apply(graphdef, p, xb), xb), {}
+        steps = gen.made_steps
+    else:
+        ab = jnp.asarray(L.cosine_alpha_bar(gen.ddpm_timesteps))
+
+        def loss_fn(p, batch, k):
+            x0 = 2.0 * batch["image"] - 1.0
+            kt, ke = jax.random.split(k)
+            t = jax.random.randint(kt, (x0.shape[0],), 0, gen.ddpm_timesteps)
+            eps = jax.random.normal(ke, x0.shape)
+            a = ab[t][:, None, None, None]
+            xt = jnp.sqrt(a) * x0 + jnp.sqrt(1 - a) * eps
+            return L.ddpm_loss(apply(graphdef, p, xt, t), eps), {}
+        steps = gen.ddpm_steps
+    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(gen.lr)), static_argnums=(3, 4))
+    params, losses = fit(params, arrays, k_train, steps, gen.batch_size)
+    return graphdef, params, losses
+
+
+def _train_gan(graphdef, params, gen: GenConfig, arrays: dict, key: jax.Array):
+    gd_g, gd_d = graphdef
+    tx = optax.adam(gen.lr_gan, b1=0.5)
+    n = arrays["image"].shape[0]
+
+    @jax.jit
+    def fit(params, key):
+        def body(carry, step):
+            p, og, od = carry
+            kz, ki = jax.random.split(jax.random.fold_in(key, step))
+            real = arrays["image"][jax.random.randint(ki, (gen.batch_size,), 0, n)]
+            z = jax.random.normal(kz, (gen.batch_size, gen.latent))
+
+            def d_loss(pd):
+                fake = jax.lax.stop_gradient(apply(gd_g, p["g"], z))
+                return L.gan_losses(apply(gd_d, pd, real), apply(gd_d, pd, fake))[0]
+
+            def g_loss(pg):
+                return L.gan_losses(jnp.zeros(1), apply(gd_d, p["d"], apply(gd_g, pg, z)))[1]
+
+            ld, gd = jax.value_and_grad(d_loss)(p["d"])
+            lg, gg = jax.value_and_grad(g_loss)(p["g"])
+            ud, od = tx.update(gd, od, p["d"])
+            ug, og = tx.update(gg, og, p["g"])
+            p = {"g": optax.apply_updates(p["g"], ug), "d": optax.apply_updates(p["d"], ud)}
+            return (p, og, od), jnp.stack([ld, lg])
+
+        (p, _, _), losses = jax.lax.scan(body, (params, tx.init(params["g"]), tx.init(params["d"])),
+                                         jnp.arange(gen.gan_steps))
+        return p, losses
+
+    return fit(params, key)
+
+
+# --------------------------------------------------------------------------------------------- FID classifier
+
+def train_digit_classifier(x: np.ndarray, y: np.ndarray, gen: GenConfig, key: jax.Array):
+    """The project's small digit classifier whose hidden features define FID. Returns (graphdef, params)."""
+    graphdef, params = split(ConvClassifier(16, x.shape[1], 10, rngs=nnx.Rngs(params=key)))
+
+    def loss_fn(p, batch, k):
+        return L.cross_entropy(apply(graphdef, p, batch["image"]), batch["label"]), {}
+
+    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(1e-3)), static_argnums=(3, 4))
+    params, _ = fit(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)}, key, gen.fid_steps, 64)
+    return graphdef, params
+
+
+def batched(fn: Callable, x: np.ndarray | jax.Array, batch: int) -> np.ndarray:
+    """Apply a jitted fn over the leading axis in chunks (the last chunk padded, so one shape compiles)."""
+    n = x.shape[0]
+    outs = []
+    for i in range(0, n, batch):
+        chunk = x[i:i + batch]
+        pad = batch - chunk.shape[0]
+        if pad:
+            chunk = np.concatenate([np.asarray(chunk), np.repeat(np.asarray(chunk[-1:]), pad, axis=0)])
+        outs.append(np.asarray(fn(chunk))[: batch - pad])
+    return np.concatenate(outs)
+
+
+# --------------------------------------------------------------------------------------------- attributors
+
+def am_input(name: str, x: jax.Array, block: int) -> jax.Array:
+    """The input each attribution model sees: pixels, x - median3x3(x), the per-image standardised centred
+    log-amplitude spectrum (flat), or log|block-DCT| (flat)."""
+    if name == "pixel_cnn":
+        return x
+    if name == "residual_cnn":
+        return 10.0 * (x - ops.median3x3(x))
+    if name == "spectrum_mlp":
+        s = ops.log_spectrum(x).reshape(x.shape[0], -1)
+        return (s - s.mean(axis=1, keepdims=True)) / (s.std(axis=1, keepdims=True) + 1e-6)
+    if name == "dct_mlp":
+        return jnp.log(jnp.abs(ops.block_dct(x, block)) + 1e-2).reshape(x.shape[0], -1)
+    raise ValueError(f"attribution model {name!r}: expected one of {ATTRIBUTORS}")
+
+
+def build_attributors(am: AMConfig, size: int, classes: int, key: jax.Array):
+    """({name: graphdef}, {name: params}) for the four attribution models."""
+    graphdefs, params = {}, {}
+    for i, name in enumerate(ATTRIBUTORS):
+        rngs = nnx.Rngs(params=jax.random.fold_in(key, i))
+        if name in ("pixel_cnn", "residual_cnn"):
+            module = ConvClassifier(am.width, size, classes, am.hidden, rngs=rngs)
+        else:
+            module = MLPClassifier(size * size, am.hidden, classes, rngs=rngs)
+        graphdefs[name], params[name] = split(module)
+    return graphdefs, params
+
+
+def am_logits(graphdefs: dict, params: dict, x: jax.Array, block: int) -> dict[str, jax.Array]:
+    return {n: apply(graphdefs[n], params[n], am_input(n, x, block)) for n in ATTRIBUTORS}
+
+
+def make_am_loss(graphdefs: dict, am: AMConfig) -> Callable:
+    """loss_fn(params, batch, key): the sum of the four models' cross-entropies (independent parameters, so
+    each model gets its own gradient); metrics hold each model's loss."""
+
+    def loss_fn(params, batch, key):
+        logits = am_logits(graphdefs, params, batch["image"], am.dct_block)
+        each = {n: L.cross_entropy(lg, batch["label"]) for n, lg in logits.items()}
+        return sum(each.values()), each
+
+    return loss_fn
+
+
+def am_optimizer(am: AMConfig) -> optax.GradientTransformation:
+    return optax.adam(am.lr)
+
+
+@functools.cache
+def _am_fitter(am: AMConfig, size: int, classes: int):
+    graphdefs, _ = build_attributors(am, size, classes, jax.random.key(0))
+    loss_fn = make_am_loss(graphdefs, am)
+    fit = jax.jit(functools.partial(scan_fit, loss_fn, am_optimizer(am)), static_argnums=(3, 4))
+    return graphdefs, fit
+
+
+def train_attributors(am: AMConfig, x: np.ndarray, y: np.ndarray, classes: int, key: jax.Array):
+    """Train the four attribution models together on (x, y). Returns (graphdefs, params, losses)."""
+    graphdefs, fit = _am_fitter(am, x.shape[1], classes)
+    _, params = build_attributors(am, x.shape[1], classes, key)
+    params, losses = fit(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)},
+                         jax.random.fold_in(key, 99), am.steps, am.batch_size)
+    return graphdefs, params, losses
+
+
+# --------------------------------------------------------------------------------------------- attack
+
+def build_pseudo_generators(attack: AttackConfig, key: jax.Array):
+    """K random, fixed pseudo-generators cycling through the three up-sampling families."""
+    out = []
+    for k in range(attack.pseudo_gms):
+        fam = PSEUDO_FAMILIES[k % len(PSEUDO_FAMILIES)]
+        out.append(split(PseudoGenerator(8, fam, rngs=nnx.Rngs(params=jax.random.fold_in(key, k)))))
+    return out
+
+
+def pseudo_fakes(pseudo, x: jax.Array, which: jax.Array, beta: float) -> jax.Array:
+    """x with the trace of pseudo-generator `which[i]` (1..K) added: clip(x + beta * r_k(x)), 8-bit."""
+    traces = jnp.stack([apply(gd, p, x) for gd, p in pseudo], axis=0)  # (K, N, S, S, 1)
+    r = jnp.take_along_axis(traces, (which - 1)[None, :, None, None, None], axis=0)[0]
+    return ops.straight_through(x, ops.quantize8(x + beta * r))
+
+
+def build_attack(attack: AttackConfig, size: int, key: jax.Array):
+    """(graphdefs, params) of the attack U-Net f and the surrogate attributor S (K + 1 classes)."""
+    k1, k2 = jax.random.split(key)
+    gf, pf = split(SmallUNet(attack.width, rngs=nnx.Rngs(params=k1)))
+    gs, ps = split(ConvClassifier(attack.surrogate_width, size, attack.pseudo_gms + 1, 64, rngs=nnx.Rngs(params=k2)))
+    return (gf, gs), {"f": pf, "s": ps}
+
+
+def make_attack_step(attack: AttackConfig, graphdefs, pseudo, x_real: jax.Array):
+    """step((params, opt_f, opt_s), key, mode) -> (carry, metrics): one simultaneous update of the attacker f
+    (fool the surrogate on attacked pseudo-fakes + fidelity) and the surrogate S (attribute clean and
+    attacked images to real / pseudo-generator k). Only real images x_real are ever used."""
+    gf, gs = graphdefs
+    tx_f, tx_s = optax.adam(attack.lr), optax.adam(attack.lr)
+    n, b = x_real.shape[0], attack.batch_size
+
+    def step(carry, key, mode):
+        p, of, os_ = carry
+        ki, kw = jax.random.split(key)
+        x = x_real[jax.random.randint(ki, (2 * b,), 0, n)]
+        which = jax.random.randint(kw, (b,), 1, attack.pseudo_gms + 1)
+        fakes = pseudo_fakes(pseudo, x[b:], which, attack.pseudo_beta)
+        clean = jnp.concatenate([x[:b], fakes])
+        labels = jnp.concatenate([jnp.zeros(b, jnp.int32), which])
+
+        def f_loss(pf):
+            adv = L.apply_attack(clean, apply(gf, pf, clean), mode, attack.eps)
+            loss, aux = L.attack_generator_loss(apply(gs, p["s"], adv[b:]), adv, clean, attack.fidelity)
+            return loss, (adv, aux)
+
+        (lf, (adv, aux)), g_f = jax.value_and_grad(f_loss, has_aux=True)(p["f"])
+
+        def s_loss(ps):
+            both = jnp.concatenate([clean, jax.lax.stop_gradient(adv)])
+            return L.cross_entropy(apply(gs, ps, both), jnp.concatenate([labels, labels]))
+
+        ls, g_s = jax.value_and_grad(s_loss)(p["s"])
+        uf, of = tx_f.update(g_f, of, p["f"])
+        us, os_ = tx_s.update(g_s, os_, p["s"])
+        p = {"f": optax.apply_updates(p["f"], uf), "s": optax.apply_updates(p["s"], us)}
+        return (p, of, os_), {"attacker": lf, "surrogate": ls, **aux}
+
+    def init(params):
+        return params, tx_f.init(params["f"]), tx_s.init(params["s"])
+
+    return init, step
+
+
+def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array):
+    """Train the additive (mode 0) and multiplicative (mode 1) attacks together, vmapped over the mode, from
+    the same initialisation and the same real batches. Returns (graphdefs, stacked params, metrics (2, steps))."""
+    size = x_real.shape[1]
+    k_init, k_pseudo, k_train = jax.random.split(key, 3)
+    graphdefs, params = build_attack(attack, size, k_init)
+    pseudo = build_pseudo_generators(attack, k_pseudo)
+    init, step = make_attack_step(attack, graphdefs, pseudo, jnp.asarray(x_real))
+    modes = jnp.array([0.0, 1.0])
+
+    @jax.jit
+    def fit(params):
+        carry = jax.vmap(lambda _: init(params))(modes)
+
+        def body(carry, i):
+            k = jax.random.fold_in(k_train, i)
+            return jax.vmap(lambda c, m: step(c, k, m))(carry, modes)
+
+        carry, hist = jax.lax.scan(body, carry, jnp.arange(attack.steps))
+        return carry[0], hist
+
+    stacked, hist = fit(params)
+    return graphdefs, stacked, hist
+
+
+def attack_outputs(graphdefs, stacked_params, x: np.ndarray, batch: int) -> np.ndarray:
+    """tanh(f(x)) of both trained attacks: (2, N, S, S, 1); the budget scale is applied afterwards."""
+    fn = _attack_fn(graphdefs[0])
+    return np.moveaxis(batched(lambda xb: np.moveaxis(np.asarray(fn(stacked_params["f"], xb)), 0, 1), x, batch), 1, 0)
+
+
+@functools.cache
+def _attack_fn(graphdef):
+    return jax.jit(lambda pf, xb: jnp.tanh(jax.vmap(lambda p: apply(graphdef, p, xb))(pf)))
+
+
+def calibrate_scale(x: np.ndarray, t: np.ndarray, mode: float, target_psnr: float, iters: int = 40) -> float:
+    """The scale s at which clip(x + s t (mode x + 1 - mode)) has mean PSNR `target_psnr` (bisection on log s).
+
+    t = tanh(f(x)) is fixed, so the perturbation grows monotonically with s."""
+    gain = mode * x + (1.0 - mode)
+
+    def mean_psnr(s):
+        y = np.clip(x + s * t * gain, 0.0, 1.0)
+        mse = np.maximum(((y - x) ** 2).mean(axis=(1, 2, 3)), 1e-10)
+        return float(np.mean(10 * np.log10(1.0 / mse)))
+
+    lo, hi = np.log(1e-4), np.log(4.0)
+    if mean_psnr(np.exp(hi)) > target_psnr:
+        return float(np.exp(hi))
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mean_psnr(np.exp(mid)) > target_psnr else (lo, mid)
+    return float(np.exp(0.5 * (lo + hi)))
+
+
+def pgd_l2(logits_fn: Callable, x: jax.Array, labels: jax.Array, radius: float, steps: int) -> jax.Array:
+    """White-box L2 PGD (untargeted): maximise CE(logits_fn(x'), label) over ||x' - x||_2 <= radius, x' in [0, 1].
+
+    radius = S * 10^(-PSNR/20) puts an image on the boundary at exactly the target PSNR."""
+    step_size = 2.5 * radius / steps
+
+    def loss(xa):
+        return L.cross_entropy(logits_fn(xa), labels) * xa.shape[0]
+
+    def body(_, xa):
+        g = jax.grad(loss)(xa)
+        g = g / (jnp.sqrt(jnp.sum(g**2, axis=(1, 2, 3), keepdims=True)) + 1e-12)
+        d = xa + step_size * g - x
+        d = d * jnp.minimum(1.0, radius / (jnp.sqrt(jnp.sum(d**2, axis=(1, 2, 3), keepdims=True)) + 1e-12))
+        return jnp.clip(x + d, 0.0, 1.0)
+
+    return jax.lax.fori_loop(0, steps, body, x)
+
+
+# --------------------------------------------------------------------------------------------- defences
+
+def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array):
+    """The denoising-autoencoder purifier, trained on real images with Gaussian noise."""
+    graphdef, params = split(DenoisingAE(16, rngs=nnx.Rngs(params=key)))
+
+    def loss_fn(p, batch, k):
+        xb = batch["image"]
+        noisy = jnp.clip(xb + noise * jax.random.normal(k, xb.shape), 0.0, 1.0)
+        return jnp.mean((apply(graphdef, p, noisy) - xb) ** 2), {}
+
+    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(1e-3)), static_argnums=(3, 4))
+    params, _ = fit(params, {"image": jnp.asarray(x)}, key, steps, 64)
+    return graphdef, params
+
+
+DEFENCE_BRANCH = {"none": 0, "retrain": 0, "blur": 1, "dct": 2, "dae": 3, "specnorm": 4}
+
+
+def dae_graphdef():
+    """The (static) graph of the denoising autoencoder; its parameters travel as data."""
+    return split(nnx.eval_shape(lambda: DenoisingAE(16, rngs=nnx.Rngs(0))))[0]
+
+
+def apply_defence(config: Config, branch: jax.Array | int, x: jax.Array, aux: dict) -> jax.Array:
+    """The input transformation of a defended attribution model, selected by `branch` with lax.switch so one
+    compiled program serves every defence: 0 identity (none / retrain), 1 Gaussian blur, 2 DCT quantisation,
+    3 the denoising AE (aux["dae"] params), 4 spectrum normalisation (aux["profile"])."""
+    d = config.defence
+    gd = dae_graphdef()
+    branches = [lambda x: x,
+                lambda x: ops.gaussian_blur(x, d.blur_sigma),
+                lambda x: ops.dct_quantize(x, d.dct_step, config.am.dct_block),
+                lambda x: apply(gd, aux["dae"], x),
+                lambda x: ops.spectrum_normalize(x, aux["profile"])]
+    return jax.lax.switch(branch, branches, x)
+
+
+class Evaluator:
+    """Jitted evaluation programs shared by every defence (parameters, aux and the branch are arguments)."""
+
+    def __init__(self, config: Config, graphdefs: dict, radius: float):
+        block = config.am.dct_block
+        self.config = config
+
+        def logits(pam, aux, branch, x):
+            return am_logits(graphdefs, pam, apply_defence(config, branch, x, aux), block)
+
+        def predict(pam, aux, branch, x):
+            return jnp.stack([jnp.argmax(v, -1) for v in logits(pam, aux, branch, x).values()], axis=1)
+
+        def pgd(pam, aux, branch, x, y):
+            preds, first = [], None
+            for ai, name in enumerate(ATTRIBUTORS):
+                f = lambda xb, name=name: logits(pam, aux, branch, xb)[name]  # noqa: E731
+                xa = ops.quantize8(pgd_l2(f, x, y, radius, config.attack.pgd_steps))
+                preds.append(jnp.argmax(f(xa), -1))
+                first = xa if first is None else first
+            return jnp.stack(preds, axis=1), first
+
+        self.preprocess = jax.jit(lambda aux, branch, x: apply_defence(config, branch, x, aux))
+        self.predict = jax.jit(predict)
+        self.pgd = jax.jit(pgd)
+
+
+# --------------------------------------------------------------------------------------------- pipeline
+
+def _stack_classes(real: np.ndarray, fakes: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    xs = [real] + [fakes[g] for g in GENERATORS]
+    ys = [np.full(len(a), i, np.int32) for i, a in enumerate(xs)]
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _attack_images(x: np.ndarray, t: np.ndarray, mode: float, scale: float) -> np.ndarray:
+    gain = mode * x + (1.0 - mode)
+    return np.round(np.clip(x + scale * t * gain, 0.0, 1.0) * 255.0) / 255.0
+
+
+def fidelity(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Mean PSNR / SSIM of y against x, over the whole image and over the stroke region."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    mask = M.stroke_mask(x)
+    return {"psnr": float(jnp.mean(M.psnr(x, y))), "psnr_stroke": float(jnp.mean(M.psnr(x, y, mask))),
+            "ssim": float(jnp.mean(M.ssim(x, y))), "ssim_stroke": float(jnp.mean(M.ssim(x, y, mask)))}
+
+
+def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Callable[[str], None] = print
+                       ) -> dict[str, Any]:
+    """The whole benchmark; returns a JSON-able record (tables, per-cell ASR, timings) and writes plots."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    timings: dict[str, float] = {}
+
+    def tick(name, t0):
+        timings[name] = round(time.time() - t0, 1)
+        log(f"[deepfake_attack] {name}: {timings[name]:.1f} s")
+
+    pools = load_pools(config.data)
+    size = config.data.image_size
+    root = jax.random.key(config.gen.seed)
+    eb = config.eval_batch
+
+    # 1. generator zoo ------------------------------------------------------------------------------
+    t0 = time.time()
+    cls_gd, cls_p = train_digit_classifier(pools["gm"]["image"], pools["gm"]["label"], config.gen,
+                                           jax.random.fold_in(root, 1000))
+    feats_fn = jax.jit(lambda p, xb: apply(cls_gd, p, xb, method="features"))
+    feats = lambda xb: feats_fn(cls_p, xb)  # noqa: E731
+    real_feats = batched(feats, pools["eval"]["image"], eb)
+    head = lambda f: np.argmax(np.asarray(f) @ np.asarray(cls_p["head"]["kernel"][...])  # noqa: E731
+                               + np.asarray(cls_p["head"]["bias"][...]), -1)
+    digit_acc = float(np.mean(head(real_feats) == pools["eval"]["label"]))
+    fid_real = M.frechet_distance(batched(feats, pools["am"]["image"], eb), real_feats)
+    tick("fid_classifier", t0)
+    fakes_am, fakes_eval, gen_info = {}, {}, {}
+    for gi, name in enumerate(progress(GENERATORS, desc="generators")):
+        t0 = time.time()
+        graphdef, params, losses = train_generator(name, config.gen, pools["gm"]["image"], jax.random.fold_in(root, gi))
+        sampler = make_sampler(name, graphdef, config.gen, size)
+        kk = jax.random.fold_in(root, 100 + gi)
+        gen_chunk = min(eb, 500)
+        n_am, n_ev = config.data.n_am, config.data.n_eval
+        samp = lambda n, k: np.concatenate([np.asarray(sampler(params, jax.random.fold_in(k, j), gen_chunk))  # noqa: E731
+                                            for j in range(-(-n // gen_chunk))])[:n]
+        fakes_am[name] = samp(n_am, jax.random.fold_in(kk, 0))
+        fakes_eval[name] = samp(n_ev, jax.random.fold_in(kk, 1))
+        fid = M.frechet_distance(batched(feats, fakes_eval[name], eb), real_feats)
+        losses = np.asarray(losses)
+        gen_info[name] = {"fid": fid, "final_loss": losses[-max(1, len(losses) // 10):].mean(axis=0).tolist()}
+        image_grid(workdir / f"samples_{name}.png", fakes_eval[name][: config.grid_samples, ..., 0],
+                   ncols=min(8, config.grid_samples))
+        tick(f"generator_{name}", t0)
+
+    # 2. attribution models -------------------------------------------------------------------------
+    classes = 1 + len(GENERATORS)
+    x_am, y_am = _stack_classes(pools["am"]["image"], fakes_am)
+    x_ev, y_ev = _stack_classes(pools["eval"]["image"], fakes_eval)
+    fake_ev = y_ev > 0
+    x_fake, y_fake = x_ev[fake_ev], y_ev[fake_ev]
+
+    # 3. attacks, trained on the attack pool (real only) ------------------------------------------------
+    t0 = time.time()
+    att_gd, att_p, att_hist = train_attacks(config.attack, pools["attack"]["image"],
+                                            jax.random.key(config.attack.seed))
+    tick("attack_training", t0)
+    t0 = time.time()
+    t_fake = attack_outputs(att_gd, att_p, x_fake, eb)
+    scales = {m: calibrate_scale(x_fake, t_fake[i], float(i), config.attack.target_psnr)
+              for i, m in enumerate(("additive", "multiplicative"))}
+    adv = {m: _attack_images(x_fake, t_fake[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))}
+    adv["blur"] = np.asarray(ops.quantize8(ops.gaussian_blur(jnp.asarray(x_fake), config.attack.blur_sigma)))
+    adv["dct"] = np.asarray(ops.quantize8(ops.dct_quantize(jnp.asarray(x_fake), config.attack.dct_step,
+                                                            config.am.dct_block)))
+    fid_rows = {a: fidelity(x_fake, adv[a]) for a in adv}
+    # attacked copies of the attribution-training fakes, for the retraining defence
+    x_am_fake = x_am[y_am > 0]
+    t_am = attack_outputs(att_gd, att_p, x_am_fake, eb)
+    adv_am = [_attack_images(x_am_fake, t_am[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))]
+    tick("attack_apply", t0)
+
+    # 4. defences -----------------------------------------------------------------------------------
+    t0 = time.time()
+    dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
+                    jax.random.key(config.defence.seed))
+    profile = ops.amplitude_profile(pools["am"]["image"])
+    tick("dae_training", t0)
+
+    radius = float(size * 10 ** (-config.attack.target_psnr / 20))
+    n_pgd = min(config.attack.pgd_per_gm, config.data.n_eval)
+    pgd_idx = np.concatenate([np.flatnonzero(y_fake == g)[:n_pgd] for g in range(1, classes)])
+    x_pgd, y_pgd = x_fake[pgd_idx], y_fake[pgd_idx]
+    aux = {"dae": dae[1], "profile": profile}
+    graphdefs, _ = _am_fitter(config.am, size, classes)
+    ev = Evaluator(config, graphdefs, radius)
+    results: dict[str, Any] = {}
+    am_info: dict[str, Any] = {}
+    for di, dname in enumerate(progress(config.defence.defences, desc="defences")):
+        t0 = time.time()
+        branch = jnp.int32(DEFENCE_BRANCH[dname])
+        if dname == "retrain":
+            xs = np.concatenate([x_am, *adv_am])
+            ys = np.concatenate([y_am, y_am[y_am > 0], y_am[y_am > 0]])
+        else:
+            xs = batched(lambda xb: ev.preprocess(aux, branch, xb), x_am, eb)
+            ys = y_am
+        _, pam, am_losses = train_attributors(config.am, xs, ys, classes, jax.random.key(config.am.seed))
+        predict = lambda xb: ev.predict(pam, aux, branch, xb)  # noqa: E731
+        pred_ev = batched(predict, x_ev, eb)  # (N, 4)
+        clean_acc = {a: float(np.mean(pred_ev[:, i] == y_ev)) for i, a in enumerate(ATTRIBUTORS)}
+        pred_clean = pred_ev[fake_ev]
+        am_info[dname] = {"clean_acc": clean_acc, "final_loss": float(np.asarray(am_losses)[-50:].mean())}
+        rows = {aname: _asr_table(pred_clean, batched(predict, xa, eb), y_fake) for aname, xa in adv.items()}
+        # white-box PGD per attribution model (upper bound), on the first n_pgd fakes of each generator
+        outs = [ev.pgd(pam, aux, branch, x_pgd[i:i + eb], y_pgd[i:i + eb]) for i in range(0, len(pgd_idx), eb)]
+        pgd_preds = np.concatenate([np.asarray(o[0]) for o in outs])
+        if di == 0:
+            fid_rows["pgd"] = fidelity(x_pgd, np.concatenate([np.asarray(o[1]) for o in outs]))
+        rows["pgd"] = _asr_table(pred_clean[pgd_idx], pgd_preds, y_pgd)
+        results[dname] = rows
+        tick(f"defence_{dname}", t0)
+
+    # 5. tables, plots ------------------------------------------------------------------------------
+    table = {d: {a: results[d][a]["mean"] for a in results[d]} for d in results}
+    _plots(workdir, config, x_fake, y_fake, adv, table)
+    wall = time.time() - t_start
+    return {"generators": gen_info, "fid_real_vs_real": fid_real, "digit_classifier_acc": digit_acc,
+            "attributors": am_info, "scales": scales, "fidelity": fid_rows, "asr": results, "table": table,
+            "attack_history": {k: np.asarray(v)[:, -50:].mean(axis=1).tolist() for k, v in att_hist.items()},
+            "timings": timings, "wall_seconds": wall}
+
+
+def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray) -> dict[str, Any]:
+    """Per (attribution model, generator) cells and their average."""
+    cells = {}
+    for ai, aname in enumerate(ATTRIBUTORS):
+        for gi, gname in enumerate(GENERATORS):
+            sel = source == gi + 1
+            cells[f"{aname}/{gname}"] = M.attack_success(pred_clean[sel, ai], pred_adv[sel, ai], source[sel])
+    return {"mean": M.mean_asr(list(cells.values())), "cells": cells}
+
+
+def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table) -> None:
+    import matplotlib.pyplot as plt
+
+    # samples: one fake per generator, clean / additive / multiplicative, and the mean log-spectra
+    idx = [int(np.flatnonzero(y_fake == g + 1)[0]) for g in range(len(GENERATORS))]
+    rows = [("clean", x_fake), ("additive", adv["additive"]), ("multiplicative", adv["multiplicative"])]
+    fig, axes = plt.subplots(6, len(GENERATORS), figsize=(1.6 * len(GENERATORS), 10))
+    for r, (label, xs) in enumerate(rows):
+        for g, i in enumerate(idx):
+            axes[r, g].imshow(xs[i, ..., 0], cmap="gray", vmin=0, vmax=1)
+            sel = y_fake == g + 1
+            spec = np.asarray(ops.log_spectrum(jnp.asarray(xs[sel][:200]))).mean(0)
+            axes[3 + r, g].imshow(spec, cmap="magma")
+            for a in (axes[r, g], axes[3 + r, g]):
+                a.set_xticks([])
+                a.set_yticks([])
+            if r == 0:
+                axes[r, g].set_title(GENERATORS[g], fontsize=7)
+        axes[r, 0].set_ylabel(label, fontsize=8)
+        axes[3 + r, 0].set_ylabel(f"log|F| {label}", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(workdir / "samples_and_spectra.png", dpi=100)
+    plt.close(fig)
+    bar_plot(workdir / "asr_by_defence.png",
+             {f"{a[:4]}/{d}": table[d][a]["asr"] for d in table for a in ("additive", "multiplicative")},
+             title=f"ASR at PSNR {config.attack.target_psnr} dB (add / mult) per defence", ylabel="ASR")
+
+
+def run(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
+    """Entry point of `iclr26 run deepfake_attack`: the pipeline, metrics.json, record.json and plots."""
+    workdir = pathlib.Path(workdir)
+    record = train_and_evaluate(config, workdir)
+    (workdir / "record.json").write_text(json.dumps(record, indent=1, default=float) + "\n")
+    table = record["table"]
+    metrics = {"wall_seconds": record["wall_seconds"]}
+    for d in table:
+        for a in table[d]:
+            metrics[f"asr/{d}/{a}"] = table[d][a]["asr"]
+    for d, info in record["attributors"].items():
+        metrics[f"clean_acc_min/{d}"] = min(info["clean_acc"].values())
+    for g, info in record["generators"].items():
+        metrics[f"fid/{g}"] = info["fid"]
+    write_metrics(workdir, metrics)
+    return metrics
