@@ -1,0 +1,196 @@
+"""PredNext configs: frozen keyword-only dataclasses and the presets `tiny`, `demo`, `bench`, `paper` (=`ucf101`).
+
+Defaults follow the paper as given in the method notes where it states them (AdamW, lr 2e-3, wd 1e-4,
+cosine schedule, batch 256, T = 16, heads: 2-layer MLPs with BN, hidden 128; m = 1; LIF tau 2, threshold 1,
+hard reset, Sigmoid surrogate alpha 4). The paper does not state alpha (the PredNext weight); 0.5 is ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from core.config import check
+
+from .data import AugmentConfig, VideoConfig
+from .spiking import LIFConfig
+
+BASES = ("simclr", "simsiam", "byol", "barlowtwins")
+
+#: Loss switches per variant: w_pred multiplies alpha (PredNext), w_forced multiplies beta (forced
+#: consistency), step / clip turn the two predictions on, cross = 1 predicts the other view's targets.
+VARIANTS: dict[str, dict[str, float]] = {
+    "base": {"w_pred": 0.0, "w_forced": 0.0, "step": 0.0, "clip": 0.0, "cross": 1.0},
+    "prednext": {"w_pred": 1.0, "w_forced": 0.0, "step": 1.0, "clip": 1.0, "cross": 1.0},
+    "forced": {"w_pred": 0.0, "w_forced": 1.0, "step": 0.0, "clip": 0.0, "cross": 1.0},
+    "step_only": {"w_pred": 1.0, "w_forced": 0.0, "step": 1.0, "clip": 0.0, "cross": 1.0},
+    "clip_only": {"w_pred": 1.0, "w_forced": 0.0, "step": 0.0, "clip": 1.0, "cross": 1.0},
+    "same_view": {"w_pred": 1.0, "w_forced": 0.0, "step": 1.0, "clip": 1.0, "cross": 0.0},
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """`cnn`: a spiking CNN, one stage per entry of `channels` (3x3 spiking conv, stride 1 then 2), optional
+    SEW residual blocks per stage; `sew_resnet18`: SEW-ResNet18 (ADD connect). Then global average pooling
+    of spikes per step (the backbone feature f^t), and a 2-layer MLP projector (feature z^t = F(x^t))."""
+
+    arch: Literal["cnn", "sew_resnet18"] = "cnn"
+    channels: tuple[int, ...] = (16, 32, 64)
+    blocks_per_stage: int = 0  # SEW blocks after each stage's spiking conv (cnn only)
+    stem_stride: int = 1  # stride of the first spiking conv (cnn only; the later stages use 2)
+    in_channels: int = 1
+    proj_hidden: int = 256
+    proj_dim: int = 128
+    head_hidden: int = 128  # P_T, P_C and the SimSiam/BYOL predictor
+    lif: LIFConfig = LIFConfig()
+
+    def __post_init__(self):
+        check(self.arch in ("cnn", "sew_resnet18"), "model.arch", self.arch, "'cnn' or 'sew_resnet18'")
+        check(len(self.channels) >= 1 and all(c >= 1 for c in self.channels), "model.channels", self.channels,
+              "a non-empty tuple of positive widths")
+        for name in ("in_channels", "proj_hidden", "proj_dim", "head_hidden"):
+            check(getattr(self, name) >= 1, f"model.{name}", getattr(self, name), "an integer >= 1")
+        check(self.stem_stride >= 1, "model.stem_stride", self.stem_stride, "an integer >= 1")
+        check(self.blocks_per_stage >= 0, "model.blocks_per_stage", self.blocks_per_stage, "an integer >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """L = (1 - alpha w_pred) L_ssl + alpha w_pred L_pred + beta w_forced L_forced (w_*: variant switches).
+
+    L_pred = step * mean_t 1/2 [Q(p_i^t, z_j^{t+m}) + Q(p_j^t, z_i^{t+m})] + clip * 1/2 [M(c_i, z_j*) + M(c_j, z_i*)]
+    with Q, M = 1 - cos (the notes' negative cosine shifted by 1; same gradients) and stop-gradient targets.
+    The step term is a mean over t (not a sum), so step and clip terms weigh the same.
+    """
+
+    base: Literal["simclr", "simsiam", "byol", "barlowtwins"] = "simsiam"
+    alpha: float = 0.5
+    beta: float = 0.2
+    step_offset: int = 1  # m
+    temperature: float = 0.2  # SimCLR
+    barlow_lambda: float = 5e-3
+    byol_momentum: float = 0.99
+
+    def __post_init__(self):
+        check(self.base in BASES, "loss.base", self.base, f"one of {BASES}")
+        check(0.0 <= self.alpha <= 1.0, "loss.alpha", self.alpha, "a number in [0, 1]")
+        check(self.beta >= 0.0, "loss.beta", self.beta, "a number >= 0")
+        check(self.step_offset >= 1, "loss.step_offset", self.step_offset, "an integer >= 1")
+        check(self.temperature > 0, "loss.temperature", self.temperature, "a number > 0")
+        check(self.barlow_lambda >= 0, "loss.barlow_lambda", self.barlow_lambda, "a number >= 0")
+        check(0.0 <= self.byol_momentum < 1.0, "loss.byol_momentum", self.byol_momentum, "a number in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 256
+    steps: int = 1000
+    warmup: int = 50
+    seeds: int = 1  # runs per variant, trained together (vmapped) with the variants
+    seed: int = 0
+    log_every: int = 50
+    probe_steps: int = 300  # full-batch Adam steps of the linear probe
+    probe_lr: float = 0.05
+    eval_clips: int = 3  # clips per video, features averaged (the paper's protocol)
+    fast_compile: bool = False  # XLA optimisation level 0 (tests): faster compiles, slower steps
+
+    def __post_init__(self):
+        check(self.lr > 0, "train.lr", self.lr, "a number > 0")
+        check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "a number >= 0")
+        check(self.batch_size >= 2, "train.batch_size", self.batch_size, "an integer >= 2")
+        check(self.steps >= 1, "train.steps", self.steps, "an integer >= 1")
+        check(self.warmup >= 0, "train.warmup", self.warmup, "an integer >= 0")
+        check(self.seeds >= 1, "train.seeds", self.seeds, "an integer >= 1")
+        check(self.log_every >= 1, "train.log_every", self.log_every, "an integer >= 1")
+        check(self.probe_steps >= 1, "train.probe_steps", self.probe_steps, "an integer >= 1")
+        check(self.eval_clips >= 1, "train.eval_clips", self.eval_clips, "an integer >= 1")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    data: VideoConfig = VideoConfig()
+    augment: AugmentConfig = AugmentConfig()
+    model: ModelConfig = ModelConfig()
+    loss: LossConfig = LossConfig()
+    train: TrainConfig = TrainConfig()
+    source: Literal["moving_digits", "ucf101", "hmdb51"] = "moving_digits"
+    data_root: str = ""  # frame folders <root>/<class>/<video>/*.jpg (ucf101 / hmdb51)
+    split_dir: str = ""  # the dataset's split files
+    frame_stride: int = 2
+    variants: tuple[str, ...] = ("base", "prednext", "forced")
+
+    def __post_init__(self):
+        check(len(self.variants) >= 1 and all(v in VARIANTS for v in self.variants), "variants", self.variants,
+              f"a non-empty tuple of {', '.join(VARIANTS)}")
+        check(self.source in ("moving_digits", "ucf101", "hmdb51"), "source", self.source,
+              "'moving_digits', 'ucf101' or 'hmdb51'")
+        check(self.source == "moving_digits" or bool(self.data_root and self.split_dir), "data_root",
+              self.data_root, f"a frame folder and split_dir with source={self.source!r}")
+        check(self.source != "moving_digits" or self.train.batch_size <= self.data.n_train, "train.batch_size",
+              self.train.batch_size, f"at most data.n_train={self.data.n_train}")
+        check(self.loss.step_offset < self.data.clip_len, "loss.step_offset", self.loss.step_offset,
+              f"less than data.clip_len={self.data.clip_len}")
+        check(self.frame_stride >= 1, "frame_stride", self.frame_stride, "an integer >= 1")
+
+
+def tiny() -> Config:
+    """Seconds on a CPU; used by the tests. `iclr26 run prednext --preset tiny --workdir /tmp/pn`."""
+    return Config(
+        data=VideoConfig(n_train=32, n_test=32, canvas=16, length=12, min_size=6, max_size=8, clip_len=4,
+                         future_gap=4, jitter=1),
+        augment=AugmentConfig(out_size=16),
+        model=ModelConfig(channels=(4, 8), proj_hidden=16, proj_dim=8, head_hidden=8),
+        loss=LossConfig(base="simsiam"),
+        train=TrainConfig(batch_size=8, steps=3, warmup=1, log_every=1, probe_steps=20, eval_clips=1,
+                          fast_compile=True),
+        variants=("base", "prednext"),
+    )
+
+
+def demo() -> Config:
+    """About a minute on 2 CPU cores: SimSiam base vs + PredNext vs + forced consistency, 1 seed, 150 steps,
+    channels 8/16/32 at T = 8 on 32x32 moving digits; writes metrics.json and plots.
+
+    `iclr26 run prednext --preset demo --workdir /tmp/pn`."""
+    return Config(
+        data=VideoConfig(n_train=256, n_test=256),
+        model=ModelConfig(channels=(8, 16, 32), stem_stride=2, proj_hidden=128, proj_dim=64, head_hidden=64),
+        train=TrainConfig(batch_size=32, steps=150, warmup=15, log_every=25, eval_clips=1),
+    )
+
+
+def bench(base: str, steps: int = 600, seeds: int = 3) -> Config:
+    """The benchmark's setting (benchmarks/prednext.py): the notes' small-scale model (16/32/64, T = 8, 32x32),
+    batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds vmapped together."""
+    return Config(
+        data=VideoConfig(n_train=1024, n_test=512),
+        model=ModelConfig(channels=(16, 32, 64), stem_stride=2, proj_hidden=256, proj_dim=128, head_hidden=128),
+        loss=LossConfig(base=base),
+        train=TrainConfig(batch_size=32, steps=steps, warmup=max(1, steps // 20), seeds=seeds, log_every=50),
+    )
+
+
+def ucf101() -> Config:
+    """The paper's UCF101 setting for GPU users: SEW-ResNet18 (ADD), T = 16, stride 2, 128x128 crops, batch 256,
+    AdamW lr 2e-3 wd 1e-4, cosine; frames extracted by the user to <root>/<class>/<video>/*.jpg.
+
+    `iclr26 run prednext --preset ucf101 --set data_root=/data/ucf101/frames --set split_dir=/data/ucf101/splits
+    --workdir runs/ucf101`. Epochs: 200 in the paper = 200 * 9537 / 256 ~ 7450 steps."""
+    return Config(
+        data=VideoConfig(n_train=1, n_test=1, canvas=128, length=48, clip_len=16, future_gap=16, jitter=1,
+                         min_size=12, max_size=16),
+        augment=AugmentConfig(out_size=112, min_scale=0.5, brightness=0.4, noise=0.0),
+        model=ModelConfig(arch="sew_resnet18", channels=(64, 128, 256, 512), in_channels=3, proj_hidden=2048,
+                          proj_dim=128, head_hidden=128),
+        loss=LossConfig(base="simsiam"),
+        train=TrainConfig(batch_size=256, steps=7450, warmup=370, log_every=50),
+        source="ucf101", data_root="/data/ucf101/frames", split_dir="/data/ucf101/splits",
+        frame_stride=2, variants=("prednext",),
+    )
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "bench_simsiam": bench("simsiam"), "bench_simclr": bench("simclr"),
+           "ucf101": ucf101(), "paper": ucf101()}

@@ -1,0 +1,383 @@
+"""PredNext training and evaluation: a pure jitted step; variants x seeds vmapped into one program.
+
+`train_and_evaluate(config, workdir)` pretrains every requested variant (base, + PredNext, + forced
+consistency, ablations) of `config.loss.base` for `train.seeds` seeds at once (the variants' loss switches
+are traced arrays, so one compiled program serves them all; runs with the same seed share the initial
+weights, the batches and the augmentations: a paired comparison), then evaluates frozen features: linear
+probes for the motion and the digit label, temporal consistency and the collapse monitor.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from core.plots import bar_plot, line_plot
+from core.train import progress, write_metrics
+
+from . import losses as L
+from .configs import VARIANTS, Config
+from .data import ClipSampler, make_datasets, make_views, to_float
+from .model import PredNextModel
+
+SWITCHES = ("w_pred", "w_forced", "step", "clip", "cross")
+
+
+class SSLState(NamedTuple):
+    """Parameters, BN running statistics, optimiser state, step, key; `target` = (params, stats) EMA for BYOL."""
+
+    params: Any
+    stats: Any
+    opt_state: Any
+    step: jax.Array
+    key: jax.Array
+    target: Any = None
+
+
+def make_model(config: Config):
+    """(graphdef, init(key) -> (params, stats)); the graph is split once, the state is plain pytrees."""
+    abstract = nnx.eval_shape(lambda: PredNextModel(config.model, rngs=nnx.Rngs(0)))
+    graphdef, _, _ = nnx.split(abstract, nnx.Param, nnx.BatchStat)
+
+    def init(key: jax.Array):
+        _, params, stats = nnx.split(PredNextModel(config.model, rngs=nnx.Rngs(params=key)), nnx.Param, nnx.BatchStat)
+        return params, stats
+
+    return graphdef, init
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    t = config.train
+    schedule = optax.warmup_cosine_decay_schedule(0.0, t.lr, min(t.warmup, t.steps - 1) if t.steps > 1 else 0,
+                                                  max(t.steps, 2))
+    return optax.adamw(schedule, weight_decay=t.weight_decay)
+
+
+def init_state(config: Config, init, tx, key: jax.Array) -> SSLState:
+    params, stats = init(jax.random.fold_in(key, 0))
+    target = (params, stats) if config.loss.base == "byol" else None
+    return SSLState(params, stats, tx.init(params), jnp.zeros((), jnp.int32), jax.random.fold_in(key, 1), target)
+
+
+def make_loss_fn(config: Config, graphdef):
+    """loss_fn(params, stats, target, batch, key, switches) -> (loss, (metrics, new_stats)).
+
+    batch: "clip" (B, T + 2 jitter, H, W[, C]) and "future" (B, T, H, W[, C]) raw frames; views are made here.
+    switches (5,): w_pred, w_forced, step, clip, cross (see configs.VARIANTS).
+    """
+    lc, dc, ac = config.loss, config.data, config.augment
+
+    def loss_fn(params, stats, target, batch, key, switches):
+        w_pred, w_forced, w_step, w_clip, cross = (switches[i] for i in range(5))
+        views = make_views(key, batch["clip"], dc.clip_len, dc.jitter, ac)  # (2, B, T, h, w, c)
+        # the future clip gets the same per-view augmentation (same keys): "same view" is well defined
+        fviews = make_views(key, batch["future"], dc.clip_len, 0, ac)
+        b = views.shape[1]
+        model = nnx.merge(graphdef, params, stats, copy=True)
+        f, z = model.encode(views.reshape(2 * b, *views.shape[2:]), train=True)  # (T, 2B, C), (T, 2B, D)
+        zc = z.mean(0)
+        z1, z2 = zc[:b], zc[b:]
+        # base objective on the clip features
+        if lc.base == "simclr":
+            ssl = L.simclr_loss(z1, z2, lc.temperature)
+        elif lc.base == "barlowtwins":
+            ssl = L.barlow_twins_loss(z1, z2, lc.barlow_lambda)
+        else:
+            p = model.predictor(zc, train=True)
+            if lc.base == "byol":
+                tmodel = nnx.merge(graphdef, *jax.lax.stop_gradient(target), copy=True)
+                _, tz = tmodel.encode(views.reshape(2 * b, *views.shape[2:]), train=True)
+                tzc = jax.lax.stop_gradient(tz.mean(0))
+                ssl = L.simsiam_loss(p[:b], p[b:], tzc[:b], tzc[b:])
+            else:
+                ssl = L.simsiam_loss(p[:b], p[b:], z1, z2)
+        # PredNext: step prediction (other view's step t+m) and clip prediction (other view's future clip)
+        zs = jnp.concatenate([z[:, b:], z[:, :b]], axis=1)  # the other view, per step
+        step_target = cross * zs + (1.0 - cross) * z
+        pt = model.step_head(z, train=True)
+        step = L.step_prediction_loss(pt, step_target, lc.step_offset)  # mean of both directions
+        def future_features(_):
+            fmodel = nnx.merge(graphdef, jax.lax.stop_gradient(params), jax.lax.stop_gradient(stats), copy=True)
+            _, fz = fmodel.encode(fviews.reshape(2 * b, *fviews.shape[2:]), train=True)
+            return jax.lax.stop_gradient(fz.mean(0))
+
+        # the future clips are encoded only when the clip prediction is on (a runtime branch, one program)
+        fzc = jax.lax.cond(w_pred * w_clip > 0, future_features, lambda _: jnp.zeros_like(zc), None)
+        fzs = jnp.concatenate([fzc[b:], fzc[:b]])
+        clip_target = cross * fzs + (1.0 - cross) * fzc
+        clip = L.clip_prediction_loss(model.clip_head(zc, train=True), clip_target)
+        pred = w_step * step + w_clip * clip
+        forced = L.forced_consistency_loss(z)
+        a = lc.alpha * w_pred
+        total = (1.0 - a) * ssl + a * pred + lc.beta * w_forced * forced
+        _, _, new_stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+        metrics = {"loss": total, "ssl": ssl, "pred": pred, "step_pred": step, "clip_pred": clip,
+                   "forced": forced, "z_std": L.feature_std(z1), "spike_rate": jnp.mean(f)}
+        return total, (metrics, new_stats)
+
+    return loss_fn
+
+
+def make_train_step(config: Config, graphdef, tx):
+    """step(state, batch, switches) -> (state, metrics); pure: for jit, vmap and sharded batches."""
+    grad_fn = jax.value_and_grad(make_loss_fn(config, graphdef), has_aux=True)
+    momentum = config.loss.byol_momentum
+
+    def step(state: SSLState, batch: dict, switches: jax.Array):
+        key = jax.random.fold_in(state.key, state.step)
+        (_, (metrics, stats)), grads = grad_fn(state.params, state.stats, state.target, batch, key, switches)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        target = state.target
+        if target is not None:
+            target = (optax.incremental_update(params, target[0], 1.0 - momentum), stats)
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+        return SSLState(params, stats, opt_state, state.step + 1, state.key, target), metrics
+
+    return step
+
+
+def compiler_options(config: Config) -> dict:
+    return {"xla_backend_optimization_level": 0} if config.train.fast_compile else {}
+
+
+def _shape_key(config: Config) -> Config:
+    """Fields that change the compiled programs (not the seed, steps or variants)."""
+    import dataclasses
+    return dataclasses.replace(config, variants=("base",), train=dataclasses.replace(
+        config.train, seeds=1, seed=0, steps=max(config.train.steps, 2), log_every=1))
+
+
+@functools.lru_cache(maxsize=4)
+def programs(config: Config):
+    """(graphdef, init_fn, tx, step, extract), compiled once per model/loss shape and reused by every run:
+    step(state, batch, switches) -> (state, metrics); extract(params, stats, clips) -> (f, z) (N, T, .) in
+    eval mode. Runs are executed one after another (vmapping runs turns every conv into a grouped conv,
+    which XLA:CPU runs slower), and the variant switches are traced, so all variants share the program."""
+    graphdef, init = make_model(config)
+    tx = make_optimizer(config)
+    options = compiler_options(config)
+    step = jax.jit(make_train_step(config, graphdef, tx), donate_argnums=0, compiler_options=options)
+
+    def extract_one(params, stats, clips):
+        model = nnx.merge(graphdef, params, stats, copy=True)
+        f, z = model.encode(clips, train=False)
+        return jnp.swapaxes(f, 0, 1), jnp.swapaxes(z, 0, 1)  # (N, T, .)
+
+    extract = jax.jit(extract_one, compiler_options=options)
+    init_fn = jax.jit(lambda key: init_state(config, init, tx, key),  # runs once per run: compile it fast
+                      compiler_options={"xla_backend_optimization_level": 0})
+    return graphdef, init_fn, tx, step, extract
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def linear_probe(train_x: jax.Array, train_y: jax.Array, test_x: jax.Array, test_y: jax.Array, num_classes: int,
+                 *, steps: int = 300, lr: float = 0.05, weight_decay: float = 1e-4) -> jax.Array:
+    """Test accuracy of a softmax-regression probe on frozen features (standardised with the train split),
+    trained full-batch with Adam. train_x (N, D), train_y (N,) int."""
+    mu, sd = train_x.mean(0), train_x.std(0) + 1e-6
+    xtr, xte = (train_x - mu) / sd, (test_x - mu) / sd
+    d = xtr.shape[1]
+    w0 = (jnp.zeros((d, num_classes)), jnp.zeros(num_classes))
+    opt = optax.adam(lr)
+
+    def loss(w):
+        logits = xtr @ w[0] + w[1]
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, train_y).mean()
+        return ce + weight_decay * jnp.sum(w[0] ** 2)
+
+    def body(carry, _):
+        w, s = carry
+        g = jax.grad(loss)(w)
+        u, s = opt.update(g, s, w)
+        return (optax.apply_updates(w, u), s), None
+
+    (w, _), _ = jax.lax.scan(body, (w0, opt.init(w0)), None, length=steps)
+    return jnp.mean(jnp.argmax(xte @ w[0] + w[1], -1) == test_y)
+
+
+def eval_clip_starts(config: Config) -> np.ndarray:
+    """Evenly spaced clip starts (at least 2, so the first and last clips are the most disjoint)."""
+    n = max(config.train.eval_clips, 2)
+    return np.linspace(0, config.data.length - config.data.clip_len, n).round().astype(int)
+
+
+def extract_features(config: Config, extract, params, stats, videos: np.ndarray, chunk: int = 256):
+    """Per-clip features of every video for the eval clip starts: f (N, K, T, C), z (N, K, T, D)."""
+    starts = eval_clip_starts(config)
+    t = config.data.clip_len
+    fs, zs = [], []
+    for i in range(0, len(videos), chunk):
+        v = videos[i: i + chunk]
+        clips = np.stack([v[:, s: s + t] for s in starts], axis=1)  # (n, K, T, H, W)
+        n, k = clips.shape[:2]
+        x = to_float(jnp.asarray(clips.reshape(n * k, *clips.shape[2:])))
+        f, z = extract(params, stats, x)
+        fs.append(np.asarray(f).reshape(n, k, *f.shape[1:]))
+        zs.append(np.asarray(z).reshape(n, k, *z.shape[1:]))
+    return np.concatenate(fs), np.concatenate(zs)
+
+
+def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict) -> list[dict[str, float]]:
+    """Per run: linear-probe accuracy (motion, digit) on the time- and clip-averaged backbone features,
+    temporal inconsistency E_consistency (per-step z and f), per-step vs clip-mean inconsistency,
+    the cosine between the first and last (disjoint) clips of a video, and the collapse monitor."""
+    n_eval = config.train.eval_clips
+    out, tr_feats, te_feats = [], [], []
+    for state in states:
+        ftr, _ = extract_features(config, extract, state.params, state.stats, data["train"]["video"])
+        fte, zte = extract_features(config, extract, state.params, state.stats, data["test"]["video"])
+        tr_feats.append(ftr[:, :n_eval].mean(axis=(1, 2)))  # (N, C)
+        te_feats.append(fte[:, :n_eval].mean(axis=(1, 2)))
+        z, f = jnp.asarray(zte), jnp.asarray(fte)  # (N, K, T, .)
+        zt = jnp.moveaxis(z.reshape(-1, *z.shape[2:]), 1, 0)  # (T, N*K, D)
+        ft = jnp.moveaxis(f.reshape(-1, *f.shape[2:]), 1, 0)
+        zc = z.mean(2)  # (N, K, D)
+        out.append({
+            "inconsistency_z": float(L.temporal_inconsistency(zt)),
+            "inconsistency_f": float(L.temporal_inconsistency(ft)),
+            "step_vs_clip_z": float(L.step_to_clip_inconsistency(zt)),
+            "disjoint_clip_cos_z": float(jnp.mean(L.cosine(zc[:, 0], zc[:, -1]))),
+            "z_std": float(L.feature_std(zc[:, 0])),
+            "z_std_ref": float(1.0 / np.sqrt(z.shape[-1])),
+            "spike_rate_f": float(f.mean()),
+        })
+    probe = jax.jit(jax.vmap(functools.partial(linear_probe, steps=config.train.probe_steps,
+                                               lr=config.train.probe_lr), in_axes=(0, None, 0, None, None)),
+                    static_argnums=4)
+    tr, te = jnp.asarray(np.stack(tr_feats)), jnp.asarray(np.stack(te_feats))
+    for label in ("motion", "digit"):
+        ytr, yte = jnp.asarray(data["train"][label]), jnp.asarray(data["test"][label])
+        classes = int(max(ytr.max(), yte.max())) + 1
+        acc = np.asarray(probe(tr, ytr, te, yte, classes))
+        for i, o in enumerate(out):
+            o[f"probe_{label}"] = float(acc[i])
+    return out
+
+
+# ---------------------------------------------------------------- the experiment
+
+
+def run_names(config: Config) -> list[tuple[str, int]]:
+    return [(v, s) for v in config.variants for s in range(config.train.seeds)]
+
+
+def train_run(config: Config, variant: str, seed: int, data: dict, *, progress_bar: bool = True
+              ) -> tuple[SSLState, list[dict], list[float]]:
+    """Pretrain one (variant, seed) run. Runs with the same seed share the initial weights, the batches and
+    the augmentation keys (a paired comparison). Returns the final state, the logged metrics and step times."""
+    _, init, tx, step, _ = programs(_shape_key(config))
+    switches = jnp.asarray([VARIANTS[variant][k] for k in SWITCHES], jnp.float32)
+    labels = {k: data["train"][k] for k in ("motion", "digit")}
+    sampler = ClipSampler(data["train"]["video"], labels, config.data, config.train.batch_size,
+                          seed=config.train.seed + seed)
+    state = init(jax.random.key(config.train.seed + seed))
+    history, step_times = [], []
+    bar = progress(range(config.train.steps), desc=f"prednext {config.loss.base}/{variant}/seed{seed}",
+                   disable=not progress_bar)
+    for i in bar:
+        item = next(sampler)
+        batch = {"clip": item["clip"], "future": item["future"]}
+        t = time.time()
+        state, metrics = step(state, batch, switches)
+        if (i + 1) % config.train.log_every == 0 or i + 1 == config.train.steps:
+            m = jax.device_get(metrics)
+            bad = [k for k, v in m.items() if not np.all(np.isfinite(v))]
+            if bad:
+                raise FloatingPointError(f"{variant}/seed{seed}: non-finite {bad} at step {i + 1}; lower train.lr")
+            history.append({"step": i + 1, **{k: float(v) for k, v in m.items()}})
+            bar.set_postfix(loss=f"{float(m['loss']):.3f}")
+        else:
+            jax.block_until_ready(metrics["loss"])
+        step_times.append(time.time() - t)
+    return state, history, step_times
+
+
+def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dict | None = None,
+                       progress_bar: bool = True) -> dict:
+    """Pretrain all (variant, seed) runs of `config` (one compiled step for all), then evaluate each."""
+    if config.source != "moving_digits":
+        raise ValueError(f"source={config.source!r}: train_and_evaluate runs moving digits; frame folders go "
+                         "through run() (see the README)")
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    data = make_datasets(config.data) if data is None else data
+    extract = programs(_shape_key(config))[4]
+    runs = run_names(config)
+    states, histories, times = [], [], []
+    for variant, seed in runs:
+        state, history, step_times = train_run(config, variant, seed, data, progress_bar=progress_bar)
+        states.append(state)
+        histories.append(history)
+        times.extend(step_times[1:] or step_times)  # without the first (compiling) step
+    train_seconds = time.time() - t0
+    t1 = time.time()
+    evals = evaluate_runs(config, extract, states, data)
+    per_run = [{"base": config.loss.base, "variant": v, "seed": s, **e} for (v, s), e in zip(runs, evals)]
+    history = [{"step": h[0]["step"], **{k: [hh[k] for hh in h] for k in h[0] if k != "step"}}
+               for h in zip(*histories)]
+    median = float(np.median(times))
+    return {"runs": per_run, "variants": summarize(per_run), "history": history,
+            "speed": {"step_seconds_median": median, "steps_per_s": 1.0 / median,
+                      "batch_size": config.train.batch_size},
+            "train_seconds": train_seconds, "eval_seconds": time.time() - t1, "wall_seconds": time.time() - t0}
+
+
+def summarize(per_run: list[dict]) -> dict:
+    """Per-variant mean and std (over seeds) of every evaluation metric."""
+    out = {}
+    for v in dict.fromkeys(r["variant"] for r in per_run):
+        rows = [r for r in per_run if r["variant"] == v]
+        keys = [k for k in rows[0] if k not in ("base", "variant", "seed")]
+        out[v] = {k: {"mean": float(np.mean([r[k] for r in rows])), "std": float(np.std([r[k] for r in rows])),
+                      "n": len(rows)} for k in keys}
+    return out
+
+
+def write_plots(result: dict, config: Config, workdir: pathlib.Path) -> list[str]:
+    runs = run_names(config)
+    steps = np.array([h["step"] for h in result["history"]])
+    paths = []
+    for key, title in (("loss", "training loss"), ("z_std", "collapse monitor: std of normalised z")):
+        vals = np.array([h[key] for h in result["history"]])  # (logs, runs)
+        curves = {v: (steps, vals[:, [i for i, (vv, _) in enumerate(runs) if vv == v]].mean(1))
+                  for v in config.variants}
+        paths.append(line_plot(workdir / f"train_{key}.png", curves, title=f"{config.loss.base}: {title}",
+                               xlabel="step", ylabel=key))
+    stats = result["variants"]
+    for metric in ("probe_motion", "probe_digit", "inconsistency_z"):
+        paths.append(bar_plot(workdir / f"{metric}.png", {v: stats[v][metric]["mean"] for v in config.variants},
+                              {v: stats[v][metric]["std"] for v in config.variants},
+                              title=f"{config.loss.base}: {metric} (mean ± std over seeds)", ylabel=metric))
+    return [str(p) for p in paths]
+
+
+def run(config: Config, workdir: str | pathlib.Path) -> dict:
+    """The registry entry: pretrain + evaluate, write metrics.json, results.json and PNG plots into workdir."""
+    from core.config import to_dict
+
+    workdir = pathlib.Path(workdir)
+    if config.source != "moving_digits":
+        from .frames import train_frames
+        return train_frames(config, workdir)
+    result = train_and_evaluate(config, workdir)
+    plots = write_plots(result, config, workdir)
+    metrics = {f"{v}/{k}": s["mean"] for v, vs in result["variants"].items() for k, s in vs.items()}
+    metrics["steps_per_s"] = result["speed"]["steps_per_s"]
+    metrics["wall_seconds"] = result["wall_seconds"]
+    write_metrics(workdir, metrics)
+    (workdir / "results.json").write_text(json.dumps({"config": to_dict(config), **result, "plots": plots},
+                                                     indent=1, default=float))
+    return metrics
