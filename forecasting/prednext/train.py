@@ -159,9 +159,9 @@ def _shape_key(config: Config) -> Config:
 
 @functools.lru_cache(maxsize=4)
 def programs(config: Config):
-    """(graphdef, init_fn, tx, step, extract), compiled once per model/loss shape and reused by every run:
-    step(state, batch, switches) -> (state, metrics); extract(params, stats, clips) -> (f, z) (N, T, .) in
-    eval mode. Runs are executed one after another (vmapping runs turns every conv into a grouped conv,
+    """(graphdef, init_fn, tx, step, extract, calibrate), compiled once per model/loss shape and reused by
+    every run: step(state, batch, switches) -> (state, metrics); extract(params, stats, clips) -> (f, z)
+    (N, T, .) in eval mode; calibrate(params, stats, clips) -> stats after one train-mode forward pass. Runs are executed one after another (vmapping runs turns every conv into a grouped conv,
     which XLA:CPU runs slower), and the variant switches are traced, so all variants share the program."""
     graphdef, init = make_model(config)
     tx = make_optimizer(config)
@@ -174,9 +174,16 @@ def programs(config: Config):
         return jnp.swapaxes(f, 0, 1), jnp.swapaxes(z, 0, 1)  # (N, T, .)
 
     extract = jax.jit(extract_one, compiler_options=options)
+
+    def calibrate_one(params, stats, clips):
+        model = nnx.merge(graphdef, params, stats, copy=True)
+        model.encode(clips, train=True)
+        return nnx.split(model, nnx.Param, nnx.BatchStat)[2]
+
+    calibrate = jax.jit(calibrate_one, compiler_options=options)
     init_fn = jax.jit(lambda key: init_state(config, init, tx, key),  # runs once per run: compile it fast
                       compiler_options={"xla_backend_optimization_level": 0})
-    return graphdef, init_fn, tx, step, extract
+    return graphdef, init_fn, tx, step, extract, calibrate
 
 
 # ---------------------------------------------------------------- evaluation
@@ -269,6 +276,20 @@ def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict) -
 # ---------------------------------------------------------------- the experiment
 
 
+def calibrated_init(config: Config, seed: int, data: dict, batches: int = 20) -> SSLState:
+    """The untrained network of `seed` with its BN running statistics estimated on `batches` training
+    batches (no parameter update): the "no pretraining" reference of the probes."""
+    _, init, _, _, _, calibrate = programs(_shape_key(config))
+    state = init(jax.random.key(config.train.seed + seed))
+    sampler = ClipSampler(data["train"]["video"], {}, config.data, config.train.batch_size,
+                          seed=config.train.seed + seed)
+    stats = state.stats
+    j, t = config.data.jitter, config.data.clip_len
+    for _ in range(batches):
+        stats = calibrate(state.params, stats, to_float(jnp.asarray(next(sampler)["clip"][:, j: j + t])))
+    return state._replace(stats=stats)
+
+
 def run_names(config: Config) -> list[tuple[str, int]]:
     return [(v, s) for v in config.variants for s in range(config.train.seeds)]
 
@@ -277,7 +298,7 @@ def train_run(config: Config, variant: str, seed: int, data: dict, *, progress_b
               ) -> tuple[SSLState, list[dict], list[float]]:
     """Pretrain one (variant, seed) run. Runs with the same seed share the initial weights, the batches and
     the augmentation keys (a paired comparison). Returns the final state, the logged metrics and step times."""
-    _, init, tx, step, _ = programs(_shape_key(config))
+    _, init, tx, step, _, _ = programs(_shape_key(config))
     switches = jnp.asarray([VARIANTS[variant][k] for k in SWITCHES], jnp.float32)
     labels = {k: data["train"][k] for k in ("motion", "digit")}
     sampler = ClipSampler(data["train"]["video"], labels, config.data, config.train.batch_size,

@@ -1,0 +1,227 @@
+"""PredNext on moving digits: base SSL vs + PredNext vs + forced consistency, two base objectives, 3 seeds.
+
+    nice -n 10 .venv/bin/python benchmarks/prednext.py                      # the committed run
+    .venv/bin/python benchmarks/prednext.py --steps 1000 --bases simsiam simclr byol
+
+For each base objective, every (variant, seed) run is pretrained with the same compiled step (variants are
+traced loss switches; runs with the same seed share the initial weights, the batches and the augmentations),
+then the frozen backbone is evaluated: linear probes for the motion class (8 classes) and the digit (10),
+temporal inconsistency E_consistency of the per-step features, and the collapse monitor. Also measures
+train steps/s of the spiking CNN at T = 8, 32x32, batch 32. Writes benchmarks/results/prednext.json, PNG
+plots, and the README table between the table markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.plots import bar_plot  # noqa: E402
+from core.results import RESULTS_DIR, claim, write_results  # noqa: E402
+from forecasting.prednext import configs, train  # noqa: E402
+from forecasting.prednext.data import make_datasets  # noqa: E402
+
+README = ROOT / "forecasting" / "prednext" / "README.md"
+METRICS = ("probe_motion", "probe_digit", "inconsistency_z", "inconsistency_f", "disjoint_clip_cos_z", "z_std",
+           "spike_rate_f")
+PAPER = {  # UCF101 top-1 (%) from the method notes (two third-party notes agree; unconfirmed)
+    "simclr": (57.04, 59.47), "simsiam": (50.81, 54.93), "byol": (56.41, 58.58), "barlowtwins": (56.15, 59.76)}
+
+
+def step_speed(config: configs.Config, steps: int = 10) -> dict:
+    """Steps/s of one PredNext training step (both views, future clips, all heads) at the config's size."""
+    graphdef, init = train.make_model(config)
+    tx = train.make_optimizer(config)
+    state = train.init_state(config, init, tx, jax.random.key(0))
+    step = jax.jit(train.make_train_step(config, graphdef, tx), donate_argnums=0)
+    c, b = config.data, config.train.batch_size
+    rng = np.random.default_rng(0)
+    batch = {"clip": rng.integers(0, 255, (b, c.clip_len + 2 * c.jitter, c.canvas, c.canvas), dtype=np.uint8),
+             "future": rng.integers(0, 255, (b, c.clip_len, c.canvas, c.canvas), dtype=np.uint8)}
+    sw = jnp.asarray([configs.VARIANTS["prednext"][k] for k in train.SWITCHES], jnp.float32)
+    t = time.time()
+    state, m = step(state, batch, sw)
+    jax.block_until_ready(m)
+    compile_s = time.time() - t
+    t = time.time()
+    for _ in range(steps):
+        state, m = step(state, batch, sw)
+    jax.block_until_ready(m)
+    per = (time.time() - t) / steps
+    return {"steps_per_s": 1.0 / per, "step_seconds": per, "compile_seconds": compile_s,
+            "channels": list(config.model.channels), "stem_stride": config.model.stem_stride,
+            "T": c.clip_len, "size": c.canvas, "batch": b, "load_average": os.getloadavg()[0]}
+
+
+def fmt(s: dict, scale: float = 100.0, digits: int = 1) -> str:
+    return f"{scale * s['mean']:.{digits}f} ± {scale * s['std']:.{digits}f}"
+
+
+def paired(runs: list[dict], base: str, a: str, b: str, metric: str, lower: bool = False) -> str:
+    ra = {r["seed"]: r[metric] for r in runs if r["base"] == base and r["variant"] == a}
+    rb = {r["seed"]: r[metric] for r in runs if r["base"] == base and r["variant"] == b}
+    wins = sum((ra[s] < rb[s]) if lower else (ra[s] > rb[s]) for s in ra)
+    return f"{wins}/{len(ra)} seeds"
+
+
+def make_claims(results: dict) -> list[dict]:
+    claims = []
+    for base, res in results.items():
+        if base == "init":
+            continue
+        st, runs = res["variants"], res["runs"]
+        if "prednext" in st and "base" in st:
+            pm, bm = st["prednext"]["probe_motion"], st["base"]["probe_motion"]
+            claims.append(claim(f"{base}_prednext_motion_probe",
+                                f"{base}: + PredNext beats the base objective on the motion linear probe",
+                                pm["mean"] > bm["mean"],
+                                f"motion probe {fmt(pm)} vs base {fmt(bm)} % (PredNext better on "
+                                f"{paired(runs, base, 'prednext', 'base', 'probe_motion')})"))
+            pc, bc = st["prednext"]["inconsistency_z"], st["base"]["inconsistency_z"]
+            claims.append(claim(f"{base}_prednext_consistency",
+                                f"{base}: + PredNext makes per-step features more consistent over time (lower "
+                                "E_consistency) than the base objective",
+                                pc["mean"] < bc["mean"],
+                                f"E_consistency {fmt(pc, 1, 4)} vs base {fmt(bc, 1, 4)} (PredNext lower on "
+                                f"{paired(runs, base, 'prednext', 'base', 'inconsistency_z', lower=True)})"))
+        if "forced" in st and "base" in st:
+            fc, bc = st["forced"]["inconsistency_z"], st["base"]["inconsistency_z"]
+            fm, bm = st["forced"]["probe_motion"], st["base"]["probe_motion"]
+            claims.append(claim(f"{base}_forced_consistency_not_accuracy",
+                                f"{base}: forced consistency lowers E_consistency but does not raise the motion "
+                                "probe accuracy",
+                                fc["mean"] < bc["mean"] and fm["mean"] <= bm["mean"],
+                                f"E_consistency {fmt(fc, 1, 4)} vs base {fmt(bc, 1, 4)}; motion probe {fmt(fm)} vs "
+                                f"base {fmt(bm)} %"))
+            if "prednext" in st:
+                pm = st["prednext"]["probe_motion"]
+                claims.append(claim(f"{base}_prednext_beats_forced",
+                                    f"{base}: + PredNext beats forced consistency on the motion probe",
+                                    pm["mean"] > fm["mean"],
+                                    f"motion probe {fmt(pm)} vs forced {fmt(fm)} % (PredNext better on "
+                                    f"{paired(runs, base, 'prednext', 'forced', 'probe_motion')})"))
+    return claims
+
+
+def render_table(results: dict, claims: list[dict], speed: list[dict], scale: dict, wall: float) -> str:
+    lines = [f"Moving digits (32x32, T = 8, 8 motion classes, 10 digits), {scale['n_train']} train / "
+             f"{scale['n_test']} test videos, {scale['steps']} pretraining steps at batch {scale['batch']}, "
+             f"{scale['seeds']} seeds; mean ± std over seeds. Probe: linear softmax on frozen, time- and "
+             f"{scale['eval_clips']}-clip-averaged backbone spike rates (top-1 %). E_cons.: temporal "
+             "inconsistency of the per-step features z (lower = more consistent). Wall "
+             f"{wall:.0f} s.", "",
+             "| base | variant | motion probe ↑ | digit probe ↑ | E_cons. (z) ↓ | E_cons. (backbone) ↓ | "
+             "cos(disjoint clips) | feature std (1/√d = " + f"{1 / np.sqrt(scale['proj_dim']):.3f}) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for base, res in results.items():
+        for v, st in res["variants"].items():
+            lines.append(f"| {base} | {v} | {fmt(st['probe_motion'])} | {fmt(st['probe_digit'])} | "
+                         f"{fmt(st['inconsistency_z'], 1, 4)} | {fmt(st['inconsistency_f'], 1, 4)} | "
+                         f"{fmt(st['disjoint_clip_cos_z'], 1, 3)} | {fmt(st['z_std'], 1, 4)} |")
+    lines += ["", "| claim | held | evidence |", "|---|---|---|"]
+    lines += [f"| {c['statement']} | **{'held' if c['held'] else 'not held'}** | {c['evidence']} |" for c in claims]
+    lines += ["", "Speed (one PredNext training step: two views + two future clips, T = 8, 32x32, batch 32, "
+              "2 shared CPU cores):", ""]
+    lines += [f"- channels {'/'.join(map(str, s['channels']))}, first-conv stride {s['stem_stride']}: "
+              f"{s['steps_per_s']:.2f} steps/s ({s['step_seconds']:.2f} s/step, compile {s['compile_seconds']:.0f} s, "
+              f"load average {s['load_average']:.1f})" for s in speed]
+    return "\n".join(lines)
+
+
+def write_readme_table(text: str) -> None:
+    if not README.exists():
+        return
+    src = README.read_text()
+    new = re.sub(r"(<!-- table:prednext -->\n).*?(\n<!-- /table:prednext -->)",
+                 lambda m: m.group(1) + text + m.group(2), src, flags=re.S)
+    README.write_text(new)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bases", nargs="+", default=["simsiam", "simclr"], choices=configs.BASES)
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--variants", nargs="+", default=["base", "prednext", "forced"])
+    p.add_argument("--n-train", type=int, default=1024)
+    p.add_argument("--n-test", type=int, default=512)
+    p.add_argument("--no-speed", action="store_true")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    results, rows = {}, []
+    speed = []
+    cfg0 = configs.bench(args.bases[0], steps=args.steps, seeds=args.seeds)
+    cfg0 = dataclasses.replace(cfg0, variants=tuple(args.variants),
+                               data=dataclasses.replace(cfg0.data, n_train=args.n_train, n_test=args.n_test))
+    data = make_datasets(cfg0.data)
+    scale = {"n_train": args.n_train, "n_test": args.n_test, "steps": args.steps, "batch": cfg0.train.batch_size,
+             "seeds": args.seeds, "eval_clips": cfg0.train.eval_clips, "proj_dim": cfg0.model.proj_dim,
+             "channels": list(cfg0.model.channels), "stem_stride": cfg0.model.stem_stride,
+             "issue_scale": "~1k steps per run (notes); reduced to fit the shared 2-core machine"}
+    plots = []
+    for base in args.bases:
+        cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base))
+        with tempfile.TemporaryDirectory() as tmp:
+            res = train.train_and_evaluate(cfg, tmp, data=data)
+        if "init" not in results:  # reference: the untrained network (same seeds' initial weights)
+            extract = train.programs(train._shape_key(cfg))[4]
+            states = [train.calibrated_init(cfg, s, data) for s in range(args.seeds)]
+            init_runs = [{"base": "none", "variant": "random_init", "seed": s, **e}
+                         for s, e in enumerate(train.evaluate_runs(cfg, extract, states, data))]
+            results["init"] = {"runs": init_runs, "variants": train.summarize(init_runs), "history": [],
+                               "speed": {}, "train_seconds": 0.0, "eval_seconds": 0.0}
+            rows += init_runs
+        results[base] = res
+        rows += res["runs"]
+        print(f"[prednext] {base}: " + json.dumps({v: {k: round(s[k]["mean"], 4) for k in METRICS}
+                                                   for v, s in res["variants"].items()}), flush=True)
+        st = res["variants"]
+        plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_motion_probe.png",
+                                  {v: 100 * st[v]["probe_motion"]["mean"] for v in st},
+                                  {v: 100 * st[v]["probe_motion"]["std"] for v in st},
+                                  title=f"{base}: motion linear probe (%)", ylabel="top-1 %")))
+        plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_consistency.png",
+                                  {v: st[v]["inconsistency_z"]["mean"] for v in st},
+                                  {v: st[v]["inconsistency_z"]["std"] for v in st},
+                                  title=f"{base}: temporal inconsistency E_consistency (lower = more consistent)",
+                                  ylabel="E_consistency")))
+        claims = make_claims(results)
+        summary = {b: {"variants": r["variants"], "speed": r["speed"], "train_seconds": r["train_seconds"],
+                       "eval_seconds": r["eval_seconds"]} for b, r in results.items()}
+        write_results("prednext", rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
+                      summary=summary, speed=speed, paper_ucf101_top1=PAPER, plots=plots,
+                      history={b: r["history"] for b, r in results.items()})
+    if not args.no_speed:
+        small = dataclasses.replace(cfg0, train=dataclasses.replace(cfg0.train, steps=10))
+        speed.append(step_speed(small))
+        full = dataclasses.replace(small, model=dataclasses.replace(small.model, stem_stride=1))
+        speed.append(step_speed(full))
+        print("[prednext] speed", speed, flush=True)
+    claims = make_claims(results)
+    wall = time.time() - t0
+    summary = {b: {"variants": r["variants"], "speed": r["speed"], "train_seconds": r["train_seconds"],
+                   "eval_seconds": r["eval_seconds"]} for b, r in results.items()}
+    write_results("prednext", rows=rows, claims=claims, wall_seconds=wall, scale=scale, summary=summary,
+                  speed=speed, paper_ucf101_top1=PAPER, plots=plots,
+                  history={b: r["history"] for b, r in results.items()})
+    write_readme_table(render_table(results, claims, speed, scale, wall))
+    for c in claims:
+        print(f"[prednext] {'HELD' if c['held'] else 'NOT HELD'}: {c['statement']} ({c['evidence']})")
+
+
+if __name__ == "__main__":
+    main()

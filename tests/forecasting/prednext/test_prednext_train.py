@@ -1,0 +1,112 @@
+"""The training step and the experiment: loss composition per variant, one program for all variants, a sharded
+step on 8 fake devices equal to the single-device one, a smoke run of the real `run` on the tiny preset."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from core import sharding
+from core.config import ConfigError, apply_overrides
+from forecasting.prednext import EXPERIMENT, configs, train
+from helpers import assert_trees_close
+
+CFG = configs.tiny()
+
+
+@pytest.fixture(scope="module")
+def setup():
+    graphdef, init_fn, tx, step, _, _ = train.programs(train._shape_key(CFG))
+    rng = np.random.default_rng(0)
+    c = CFG.data
+    batch = {"clip": rng.integers(0, 255, (8, c.clip_len + 2 * c.jitter, c.canvas, c.canvas), dtype=np.uint8),
+             "future": rng.integers(0, 255, (8, c.clip_len, c.canvas, c.canvas), dtype=np.uint8)}
+    return graphdef, init_fn, tx, step, batch
+
+
+def switches(variant):
+    return jnp.asarray([configs.VARIANTS[variant][k] for k in train.SWITCHES], jnp.float32)
+
+
+def test_loss_is_the_documented_mix_for_every_variant(setup):
+    graphdef, init_fn, _, _, batch = setup
+    state = init_fn(jax.random.key(0))
+    loss_fn = jax.jit(train.make_loss_fn(CFG, graphdef))
+    a, b = CFG.loss.alpha, CFG.loss.beta
+    key = jax.random.key(3)
+    for variant, expected in (
+        ("base", lambda m: m["ssl"]),
+        ("prednext", lambda m: (1 - a) * m["ssl"] + a * (m["step_pred"] + m["clip_pred"])),
+        ("forced", lambda m: m["ssl"] + b * m["forced"]),
+        ("clip_only", lambda m: (1 - a) * m["ssl"] + a * m["clip_pred"]),
+    ):
+        loss, (m, _) = loss_fn(state.params, state.stats, state.target, batch, key, switches(variant))
+        np.testing.assert_allclose(float(loss), float(expected(m)), rtol=1e-5, err_msg=variant)
+    assert loss_fn._cache_size() == 1  # the variant is data, not a new program
+
+
+def test_steps_update_params_and_stats_and_reuse_one_program(setup):
+    _, init_fn, _, step, batch = setup
+    for variant in ("base", "prednext", "same_view"):
+        state = init_fn(jax.random.key(0))
+        before = jax.tree.map(np.asarray, (state.params, state.stats))
+        state, m = step(state, batch, switches(variant))
+        assert int(state.step) == 1 and np.isfinite(float(m["loss"]))
+        moved = jax.tree.map(lambda x, y: not np.allclose(x, np.asarray(y)), before[1], state.stats)
+        assert any(jax.tree.leaves(moved)), "BN running statistics must be returned by the step"
+    assert step._cache_size() == 1
+
+
+def test_sharded_step_equals_single_device_step(setup):
+    _, init_fn, _, step, batch = setup
+    mesh = sharding.make_mesh()
+    assert mesh.shape["data"] == 8
+    s1, m1 = step(init_fn(jax.random.key(0)), batch, switches("prednext"))
+    state = sharding.replicate(init_fn(jax.random.key(0)), mesh)
+    s8, m8 = step(state, sharding.shard_batch(batch, mesh), switches("prednext"))
+    assert s8.params["projector"]["fc1"]["kernel"][...].sharding.is_fully_replicated
+    assert_trees_close(jax.device_get(s8.params), jax.device_get(s1.params), atol=1e-5, rtol=1e-5)
+    assert_trees_close(jax.device_get(s8.stats), jax.device_get(s1.stats), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
+
+
+def test_byol_keeps_an_ema_target():
+    cfg = dataclasses.replace(CFG, loss=dataclasses.replace(CFG.loss, base="byol", byol_momentum=0.9))
+    graphdef, init_fn, tx, step, _, _ = train.programs(train._shape_key(cfg))
+    rng = np.random.default_rng(1)
+    c = cfg.data
+    batch = {"clip": rng.integers(0, 255, (8, c.clip_len + 2, c.canvas, c.canvas), dtype=np.uint8),
+             "future": rng.integers(0, 255, (8, c.clip_len, c.canvas, c.canvas), dtype=np.uint8)}
+    state = init_fn(jax.random.key(0))
+    target0 = jax.tree.map(np.asarray, state.target[0])
+    new, _ = step(state, batch, switches("base"))
+    expected = jax.tree.map(lambda t, p: 0.9 * t + 0.1 * np.asarray(p), target0, new.params)
+    assert_trees_close(jax.device_get(new.target[0]), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_run_tiny_writes_metrics_and_plots(tmp_path):
+    metrics = EXPERIMENT.run(EXPERIMENT.config("tiny"), tmp_path)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    for v in CFG.variants:
+        for k in ("probe_motion", "probe_digit", "inconsistency_z", "z_std"):
+            assert np.isfinite(saved[f"{v}/{k}"]) and f"{v}/{k}" in metrics
+        assert 0.0 <= saved[f"{v}/probe_motion"] <= 1.0
+    assert {p.name for p in tmp_path.glob("*.png")} >= {"train_loss.png", "probe_motion.png"}
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert len(result["runs"]) == len(CFG.variants) * CFG.train.seeds
+    assert result["history"][-1]["step"] == CFG.train.steps
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="variants"):
+        dataclasses.replace(CFG, variants=("base", "magic"))
+    with pytest.raises(ConfigError, match="loss.step_offset"):
+        apply_overrides(CFG, ["loss.step_offset=4"])
+    with pytest.raises(ConfigError, match="loss.base"):
+        apply_overrides(CFG, ["loss.base=moco"])
+    with pytest.raises(ConfigError, match="data_root"):
+        dataclasses.replace(CFG, source="ucf101")
+    assert apply_overrides(CFG, ["loss.alpha=0.25"]).loss.alpha == 0.25
