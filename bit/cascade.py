@@ -1,0 +1,118 @@
+"""Word-level decoding: a lexicon-constrained CTC beam search (flashlight-text's LexiconDecoder) over the
+phoneme log-probs, with a word n-gram LM queried through real KenLM; and the greedy baseline (best path,
+split at SIL, nearest lexicon word by phone edit distance)."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from bit import phonemes
+
+LN10 = math.log(10.0)
+
+
+def _edit(a: Sequence[int], b: Sequence[int]) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+class Lexicon:
+    """Words and their phone-id spellings (first CMU pronunciation)."""
+
+    def __init__(self, words: Sequence[str]):
+        self.words = sorted(set(words))
+        if not self.words:
+            raise ValueError("empty word list: expected at least one lexicon word")
+        self.spell = {w: [phonemes.PHONE_ID[p] for p in phonemes.word_phones(w)] for w in self.words}
+
+    def nearest(self, ids: Sequence[int]) -> str:
+        return min(self.words, key=lambda w: (_edit(ids, self.spell[w]), w))
+
+
+def greedy_words(phone_ids: Sequence[int], lexicon: Lexicon) -> str:
+    """Split a phone sequence at SIL and map each chunk to its nearest lexicon word."""
+    words, chunk = [], []
+    for i in list(phone_ids) + [phonemes.SIL]:
+        if i == phonemes.SIL:
+            if chunk:
+                words.append(lexicon.nearest(chunk))
+            chunk = []
+        else:
+            chunk.append(int(i))
+    return " ".join(words)
+
+
+class WordDecoder:
+    """flashlight LexiconDecoder + a KenLM word model (ARPA written by bit.ngram)."""
+
+    def __init__(self, lexicon: Lexicon, arpa: str | pathlib.Path, *, beam: int = 50, lm_weight: float = 1.0,
+                 word_score: float = 0.0, sil_score: float = 0.0, beam_threshold: float = 25.0):
+        import kenlm
+        from flashlight.lib.text.decoder import (CriterionType, LexiconDecoder, LexiconDecoderOptions, LM,
+                                                 LMState, SmearingMode, Trie)
+
+        self.lexicon = lexicon
+        self.kenlm = kenlm.Model(str(arpa))
+        self.index = {w: i for i, w in enumerate(lexicon.words)}
+        self.unk = len(lexicon.words)
+        outer = self
+
+        class KenLM(LM):  # the python LM interface: states are LMState children keyed by word index
+            def __init__(self):
+                LM.__init__(self)
+                self.states = {}
+
+            def start(self, start_with_nothing):
+                state = LMState()
+                ks = kenlm.State()
+                if start_with_nothing:
+                    outer.kenlm.NullContextWrite(ks)
+                else:
+                    outer.kenlm.BeginSentenceWrite(ks)
+                self.states[state] = ks
+                return state
+
+            def score(self, state, token_index):  # cache: child LMState -> (kenlm state, ln score)
+                ks_in = self.states[state]
+                ks_in = ks_in[0] if isinstance(ks_in, tuple) else ks_in
+                out = state.child(token_index)
+                if out not in self.states:
+                    ks = kenlm.State()
+                    word = outer.lexicon.words[token_index] if token_index < outer.unk else "<unk>"
+                    self.states[out] = (ks, outer.kenlm.BaseScore(ks_in, word, ks) * LN10)
+                return out, self.states[out][1]
+
+            def finish(self, state):
+                ks_in = self.states[state]
+                ks_in = ks_in[0] if isinstance(ks_in, tuple) else ks_in
+                ks = kenlm.State()
+                s = outer.kenlm.BaseScore(ks_in, "</s>", ks)
+                return state.child(-1), s * LN10
+
+        self.lm = KenLM()
+        trie = Trie(phonemes.NUM_CLASSES, phonemes.SIL)
+        start = self.lm.start(False)
+        for w, i in self.index.items():
+            _, score = self.lm.score(start, i)
+            trie.insert(lexicon.spell[w], i, score)
+        trie.smear(SmearingMode.MAX)
+        opts = LexiconDecoderOptions(beam_size=beam, beam_size_token=phonemes.NUM_CLASSES,
+                                     beam_threshold=beam_threshold, lm_weight=lm_weight, word_score=word_score,
+                                     unk_score=-math.inf, sil_score=sil_score, log_add=False,
+                                     criterion_type=CriterionType.CTC)
+        self.decoder = LexiconDecoder(opts, trie, self.lm, phonemes.SIL, phonemes.BLANK, self.unk, [], False)
+
+    def decode(self, logp: np.ndarray, frames: int) -> str:
+        """(T, 41) log-probs, of which the first `frames` are real -> the best word sequence."""
+        em = np.ascontiguousarray(np.asarray(logp[:frames], np.float32))
+        result = self.decoder.decode(em.ctypes.data, em.shape[0], em.shape[1])[0]
+        return " ".join(self.lexicon.words[i] for i in result.words if 0 <= i < self.unk)

@@ -1,0 +1,165 @@
+"""BIT configs: frozen keyword-only dataclasses and the presets `tiny`, `demo`, `cpu`, `paper`.
+
+Model defaults follow the released BIT config (d 384, 7 layers, 6 heads, MLP 512, patches of 5 bins, span
+masking ratio 0.5 with spans of 1-15 patches kept on during CTC training, lr 5e-4, wd 1e-5, batch 32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bit.simulate import SimConfig
+from core.config import check
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """What the simulator produces: human attempted/imagined sessions (T15 schedule days) and monkey trials."""
+
+    sessions: int = 12  # human attempted-speech sessions (the first days of the T15 schedule, evenly spread)
+    sentences_per_session: int = 100
+    test_per_session: int = 20  # held-out sentences per session (never in the LM text or fine-tuning set)
+    imagined_sessions: int = 4
+    imagined_per_session: int = 50
+    monkey_sessions: int = 0
+    monkey_trials: int = 200
+    alpha: float = 0.5  # how much monkey dynamics share with human speech dynamics
+    labelled: int = 200  # labelled attempted sentences for CTC fine-tuning
+    smooth_sd: float = 2.0  # Gaussian smoothing of the features, in bins (0 = off)
+    lm_sentences: int = 20000  # word-LM training text (generator seed disjoint from the neural sentences)
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("sessions", "sentences_per_session", "test_per_session", "labelled", "lm_sentences"):
+            check(getattr(self, name) >= 1, f"data.{name}", getattr(self, name), "an integer >= 1")
+        for name in ("imagined_sessions", "imagined_per_session", "monkey_sessions", "monkey_trials"):
+            check(getattr(self, name) >= 0, f"data.{name}", getattr(self, name), "an integer >= 0")
+        check(0.0 <= self.alpha <= 1.0, "data.alpha", self.alpha, "a number in [0, 1]")
+        check(self.smooth_sd >= 0, "data.smooth_sd", self.smooth_sd, "a number >= 0")
+        check(self.sessions <= 45, "data.sessions", self.sessions, "at most 45 (the T15 schedule's sessions)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """The BIT/NDT encoder: patches -> per-session read-in -> bidirectional RoPE transformer -> heads."""
+
+    patch: int = 5
+    d_model: int = 384
+    num_layers: int = 7
+    num_heads: int = 6
+    mlp_dim: int = 512
+    dropout: float = 0.4
+    emb_dropout: float = 0.2
+    rope_theta: float = 1e4
+    mask_ratio: float = 0.5
+    max_span: int = 15
+    finetune_masking: bool = True  # released code: masking stays on in CTC training (Table 10 says 0 for T15)
+    ctc_upsample: int = 1  # CTC frames per patch (1 = BIT); >1 splits each patch's output into frames
+    num_classes: int = 41
+
+    def __post_init__(self):
+        for name in ("patch", "d_model", "num_layers", "num_heads", "mlp_dim", "max_span", "ctc_upsample"):
+            check(getattr(self, name) >= 1, f"model.{name}", getattr(self, name), "an integer >= 1")
+        check(self.d_model % (2 * self.num_heads) == 0, "model.num_heads", self.num_heads,
+              f"a head count whose head size divides model.d_model={self.d_model} into even sizes (RoPE)")
+        check(0.0 <= self.dropout < 1.0, "model.dropout", self.dropout, "a number in [0, 1)")
+        check(0.0 <= self.emb_dropout < 1.0, "model.emb_dropout", self.emb_dropout, "a number in [0, 1)")
+        check(0.0 <= self.mask_ratio < 1.0, "model.mask_ratio", self.mask_ratio, "a number in [0, 1)")
+        check(self.num_classes == 41, "model.num_classes", self.num_classes, "41 (blank, 39 phones, SIL)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    pretrain_steps: int = 2000
+    finetune_steps: int = 2000
+    batch_size: int = 32
+    lr: float = 5e-4
+    pretrain_lr: float = 5e-4
+    weight_decay: float = 1e-5
+    warmup: int = 100
+    noise_sd: float = 0.2  # white noise on the features during training
+    offset_sd: float = 0.05  # constant per-channel offset per trial during training
+    recon_loss: str = "poisson"  # "poisson" (TX counts) or "mse" (features, for '25 data without counts)
+    seed: int = 0
+    log_every: int = 50
+
+    def __post_init__(self):
+        for name in ("pretrain_steps", "finetune_steps", "batch_size", "log_every"):
+            check(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), "an integer >= 1")
+        check(self.lr > 0 and self.pretrain_lr > 0, "train.lr", self.lr, "a positive learning rate")
+        check(self.recon_loss in ("poisson", "mse"), "train.recon_loss", self.recon_loss, "'poisson' or 'mse'")
+        check(self.noise_sd >= 0 and self.offset_sd >= 0, "train.noise_sd", self.noise_sd, "sds >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    beam: int = 8  # phone prefix beam (jit)
+    phone_lm_weight: float = 0.3
+    length_bonus: float = 0.5
+    word_beam: int = 50  # flashlight lexicon decoder
+    word_lm_weight: float = 1.0
+    word_score: float = 0.0
+    sil_score: float = 0.0
+    use_pallas: bool = False  # the Pallas expand-and-prune step (interpret mode off-GPU)
+
+    def __post_init__(self):
+        check(self.beam >= 1 and self.word_beam >= 1, "decode.beam", self.beam, "an integer >= 1")
+        check(self.phone_lm_weight >= 0 and self.word_lm_weight >= 0, "decode.phone_lm_weight",
+              self.phone_lm_weight, "LM weights >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """`sim` (the simulated world), `data`, `model`, `train`, `decode`; `pretrain` off = BIT-TFS (scratch)."""
+
+    sim: SimConfig = SimConfig()
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+    pretrain: bool = True
+    show: int = 5  # decoded sentences printed beside the truth
+
+
+_CPU_MODEL = ModelConfig(d_model=64, num_layers=2, num_heads=4, mlp_dim=128, dropout=0.1, emb_dropout=0.0,
+                         ctc_upsample=3)
+
+
+def tiny() -> Config:
+    """Tests: seconds. `iclr26 run bit --preset tiny`."""
+    return Config(
+        data=DataConfig(sessions=2, sentences_per_session=12, test_per_session=4, imagined_sessions=1,
+                        imagined_per_session=6, monkey_sessions=1, monkey_trials=8, labelled=16, lm_sentences=500),
+        model=ModelConfig(d_model=32, num_layers=1, num_heads=2, mlp_dim=64, dropout=0.1, emb_dropout=0.0,
+                          ctc_upsample=2),
+        train=TrainConfig(pretrain_steps=4, finetune_steps=4, batch_size=8, lr=1e-3, pretrain_lr=1e-3, warmup=2,
+                          log_every=2),
+        decode=DecodeConfig(beam=4, word_beam=10), show=2)
+
+
+def demo() -> Config:
+    """`iclr26 run bit --preset demo`: simulate, pretrain briefly, fine-tune, decode five sentences (~2 min)."""
+    return Config(
+        data=DataConfig(sessions=4, sentences_per_session=60, test_per_session=10, imagined_sessions=0,
+                        monkey_sessions=0, labelled=200, lm_sentences=5000),
+        model=dataclasses.replace(_CPU_MODEL, d_model=64, num_layers=2, num_heads=2, mlp_dim=128),
+        train=TrainConfig(pretrain_steps=150, finetune_steps=350, batch_size=16, lr=2e-3, pretrain_lr=2e-3,
+                          warmup=30, log_every=50),
+        decode=DecodeConfig(beam=8, word_beam=30))
+
+
+def cpu() -> Config:
+    """The claim runs (benchmarks/bit_cascade.py): d 128, 4 layers, 12 sessions x 100 sentences."""
+    return Config(data=DataConfig(), model=_CPU_MODEL,
+                  train=TrainConfig(pretrain_steps=600, finetune_steps=500, batch_size=16, lr=2e-3,
+                                    pretrain_lr=2e-3, warmup=50))
+
+
+def paper() -> Config:
+    """The released BIT encoder (GPU scale): d 384, 7 layers, 6 heads; steps ~ 400 / 3000 epochs."""
+    return Config(data=DataConfig(sessions=45, sentences_per_session=240, labelled=8000, imagined_sessions=8,
+                                  monkey_sessions=8, monkey_trials=2000),
+                  train=TrainConfig(pretrain_steps=100_000, finetune_steps=200_000))
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "cpu": cpu(), "paper": paper()}
