@@ -1,0 +1,18 @@
+"""BalanceHead (paper 3): a tri-plane 3D-aware full-head GAN with camera vs view-invariant semantic conditioning."""
+
+from core.registry import Experiment
+
+from .configs import MODES, PRESETS, Config
+from .train import run, train_and_evaluate
+
+EXPERIMENT = Experiment(
+    name="headgan",
+    paper=3,
+    title="Condition Matters in Full-head 3D GANs (BalanceHead): semantic vs camera conditioning, ViCiCo",
+    presets=PRESETS,
+    run=run,
+    runtimes={"tiny": "measured below", "demo": "measured below", "bench": "see benchmarks/headgan.py",
+              "paper": "GPU"},
+)
+
+__all__ = ["EXPERIMENT", "Config", "MODES", "PRESETS", "run", "train_and_evaluate"]

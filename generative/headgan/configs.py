@@ -1,0 +1,228 @@
+"""BalanceHead configs: frozen keyword-only dataclasses and the presets `tiny`, `demo`, `bench`, `paper`.
+
+Defaults follow the paper's base model where it is known (EG3D/HyPlaneHead family: tri-plane, 64-unit
+decoder MLP, 32 features, dual discriminator with the condition, NS loss + R1, GPC p = 0.7 as PanoHead);
+resolutions, widths and sample counts are reduced in the CPU presets (see README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from core.config import check
+
+#: The arms of the issue's grid. Each sets which conditions the generator (g_*) and discriminator (d_*) see,
+#: the GPC swap probability and the ViCiCo weight; the architecture is the same in every arm, so conditioning
+#: inputs that an arm does not use are zeroed (a linear layer on a zero input is the layer without it).
+MODES: dict[str, dict[str, float]] = {
+    "camera": {"g_cam": 1.0, "g_sem": 0.0, "d_cam": 1.0, "d_sem": 0.0},
+    "camera_semantic": {"g_cam": 1.0, "g_sem": 1.0, "d_cam": 1.0, "d_sem": 1.0},
+    "semantic": {"g_cam": 0.0, "g_sem": 1.0, "d_cam": 1.0, "d_sem": 1.0},
+    "none": {"g_cam": 0.0, "g_sem": 0.0, "d_cam": 1.0, "d_sem": 0.0},
+}
+REGIMES = ("imbalanced", "balanced")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Arm:
+    """One training run: a conditioning mode on one data regime, with or without ViCiCo."""
+
+    mode: Literal["camera", "camera_semantic", "semantic", "none"] = "semantic"
+    regime: Literal["imbalanced", "balanced"] = "balanced"
+    vicico: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}/{self.regime}" + ("+vicico" if self.vicico else "")
+
+
+def parse_arm(text: str) -> Arm:
+    """'semantic/balanced+vicico' -> Arm(mode='semantic', regime='balanced', vicico=True)."""
+    vicico = text.endswith("+vicico")
+    body = text[: -len("+vicico")] if vicico else text
+    mode, _, regime = body.partition("/")
+    if mode not in MODES or regime not in REGIMES:
+        raise ValueError(f"arm {text!r}: expected MODE/REGIME[+vicico] with MODE in {list(MODES)} and "
+                         f"REGIME in {list(REGIMES)}")
+    return Arm(mode=mode, regime=regime, vicico=vicico)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """HeadsLite renders: imbalanced single-view (FFHQ-like) and balanced multi-view (BalanceHead360-like)."""
+
+    res: int = 32  # image resolution of the data and the GAN's super-resolved output
+    n_images: int = 4096  # per regime (the same number of images in both regimes)
+    views_per_id: int = 8  # balanced regime; the imbalanced regime has one view per identity
+    frontal_fraction: float = 0.7  # imbalanced regime: share of |yaw| <= 45 deg
+    back_fraction: float = 0.1  # imbalanced regime: share of |yaw| >= 135 deg (the rest are side views)
+    pitch_deg: float = 20.0  # pitch band [-pitch_deg, pitch_deg]
+    seed: int = 0
+
+    def __post_init__(self):
+        check(self.res in (16, 32, 64), "data.res", self.res, "16, 32 or 64")
+        check(self.views_per_id >= 1, "data.views_per_id", self.views_per_id, "an integer >= 1")
+        check(self.n_images >= self.views_per_id and self.n_images % self.views_per_id == 0, "data.n_images",
+              self.n_images, f"a positive multiple of data.views_per_id={self.views_per_id}")
+        check(0 <= self.frontal_fraction and 0 <= self.back_fraction
+              and self.frontal_fraction + self.back_fraction <= 1, "data.frontal_fraction",
+              (self.frontal_fraction, self.back_fraction), "fractions >= 0 summing (with back_fraction) to <= 1")
+        check(0 <= self.pitch_deg <= 60, "data.pitch_deg", self.pitch_deg, "a number in [0, 60]")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EncoderConfig:
+    """The frozen semantic encoder (CLIP stand-in) and the metric feature encoder, both trained once."""
+
+    sem_dim: int = 32  # embedding size (CLIP ViT-L/14: 768)
+    feat_dim: int = 64  # metric feature size (Inception: 2048)
+    channels: int = 32
+    n_train: int = 2048
+    steps: int = 400
+    lr: float = 2e-3
+    batch_size: int = 64
+    fast_compile: bool = False
+
+    def __post_init__(self):
+        for name in ("sem_dim", "feat_dim", "channels", "n_train", "steps", "batch_size"):
+            check(getattr(self, name) >= 1, f"encoder.{name}", getattr(self, name), "an integer >= 1")
+        check(self.lr > 0, "encoder.lr", self.lr, "a number > 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Mapping net, tri-plane synthesis, decoder MLP, volume renderer, super-resolution, dual discriminator."""
+
+    z_dim: int = 512
+    w_dim: int = 512
+    map_layers: int = 8
+    cond_embed: int = 512
+    syn_channels: int = 256
+    plane_res: int = 256
+    plane_channels: int = 32
+    decoder_hidden: int = 64
+    feat_dim: int = 32  # rendered feature channels; the first 3 are the raw RGB image
+    raw_res: int = 64  # neural rendering resolution; the SR stage goes from raw_res to data.res
+    n_coarse: int = 48  # stratified samples per ray
+    n_fine: int = 48  # importance samples per ray
+    sr_channels: int = 128
+    d_channels: int = 128
+    d_embed: int = 256
+
+    def __post_init__(self):
+        for name in ("z_dim", "w_dim", "map_layers", "cond_embed", "syn_channels", "plane_channels",
+                     "decoder_hidden", "n_coarse", "sr_channels", "d_channels", "d_embed"):
+            check(getattr(self, name) >= 1, f"model.{name}", getattr(self, name), "an integer >= 1")
+        check(self.plane_res >= 8 and (self.plane_res & (self.plane_res - 1)) == 0, "model.plane_res",
+              self.plane_res, "a power of two >= 8")
+        check(self.feat_dim >= 3, "model.feat_dim", self.feat_dim, "an integer >= 3 (RGB are the first 3)")
+        check(self.n_fine >= 0, "model.n_fine", self.n_fine, "an integer >= 0")
+        check(self.raw_res >= 4, "model.raw_res", self.raw_res, "an integer >= 4")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 32
+    g_lr: float = 2.5e-3
+    d_lr: float = 2e-3
+    beta1: float = 0.0
+    beta2: float = 0.99
+    r1_gamma: float = 1.0
+    gpc_prob: float = 0.7  # generator pose conditioning: swap probability for camera-conditioned G (PanoHead)
+    vicico_weight: float = 1.0  # weight of the ViCiCo term relative to the NS loss (unknown in the paper)
+    eval_every: int = 500
+    eval_samples: int = 512
+    seed: int = 0
+    fast_compile: bool = False  # XLA optimisation level 0: faster compiles, slower steps (tests)
+
+    def __post_init__(self):
+        check(self.steps >= 1, "train.steps", self.steps, "an integer >= 1")
+        check(self.batch_size >= 2, "train.batch_size", self.batch_size, "an integer >= 2")
+        for name in ("g_lr", "d_lr"):
+            check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "a number > 0")
+        check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "train.beta1", (self.beta1, self.beta2), "numbers in [0, 1)")
+        check(self.r1_gamma >= 0, "train.r1_gamma", self.r1_gamma, "a number >= 0")
+        check(0 <= self.gpc_prob <= 1, "train.gpc_prob", self.gpc_prob, "a number in [0, 1]")
+        check(self.vicico_weight >= 0, "train.vicico_weight", self.vicico_weight, "a number >= 0")
+        check(self.eval_every >= 1, "train.eval_every", self.eval_every, "an integer >= 1")
+        check(self.eval_samples >= 8, "train.eval_samples", self.eval_samples, "an integer >= 8")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    data: DataConfig = DataConfig(res=64)
+    encoder: EncoderConfig = EncoderConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    arms: tuple[str, ...] = ("camera/imbalanced", "camera/balanced", "semantic/imbalanced", "semantic/balanced",
+                             "semantic/balanced+vicico")
+
+    def __post_init__(self):
+        check(len(self.arms) >= 1, "arms", self.arms, "a non-empty tuple of MODE/REGIME[+vicico]")
+        for a in self.arms:
+            try:
+                parse_arm(a)
+            except ValueError as e:
+                check(False, "arms", self.arms, str(e).split(": expected ")[-1])
+        check(self.data.res % self.model.raw_res == 0 and self.data.res >= self.model.raw_res, "model.raw_res",
+              self.model.raw_res, f"a divisor of data.res={self.data.res}")
+
+
+def _small_model(**kw) -> ModelConfig:
+    base = dict(z_dim=32, w_dim=64, map_layers=2, cond_embed=32, syn_channels=48, plane_res=16, plane_channels=8,
+                decoder_hidden=32, feat_dim=8, raw_res=16, n_coarse=12, n_fine=12, sr_channels=24,
+                d_channels=32, d_embed=64)
+    return ModelConfig(**{**base, **kw})
+
+
+def tiny() -> Config:
+    """Seconds on a CPU; used by the tests. `iclr26 run headgan --preset tiny --workdir /tmp/hg`."""
+    return Config(
+        data=DataConfig(res=16, n_images=128, views_per_id=4),
+        encoder=EncoderConfig(sem_dim=8, feat_dim=16, channels=8, n_train=128, steps=20, batch_size=32,
+                              fast_compile=True),
+        model=_small_model(z_dim=8, w_dim=16, cond_embed=8, syn_channels=8, plane_res=8, plane_channels=4,
+                           decoder_hidden=8, feat_dim=4, raw_res=8, n_coarse=4, n_fine=4, sr_channels=8,
+                           d_channels=8, d_embed=8),
+        train=TrainConfig(steps=4, batch_size=8, eval_every=2, eval_samples=16, fast_compile=True),
+        arms=("camera/imbalanced", "semantic/balanced+vicico"),
+    )
+
+
+def demo() -> Config:
+    """About a minute on 2 CPU cores: camera vs semantic conditioning on balanced data, 16 px, 150 steps.
+
+    `iclr26 run headgan --preset demo --workdir /tmp/hg`; writes metrics.json, FD curves and 360-degree grids.
+    """
+    return Config(
+        data=DataConfig(res=16, n_images=1024, views_per_id=8),
+        encoder=EncoderConfig(sem_dim=16, feat_dim=32, channels=16, n_train=512, steps=150, fast_compile=True),
+        model=_small_model(raw_res=8, plane_res=16, n_coarse=8, n_fine=8),
+        train=TrainConfig(steps=150, batch_size=16, eval_every=75, eval_samples=128, fast_compile=True),
+        arms=("camera/balanced", "semantic/balanced"),
+    )
+
+
+def bench() -> Config:
+    """The benchmark's setting (benchmarks/headgan.py): 32 px output from 16 px rendering, 12 + 12 samples."""
+    return Config(
+        data=DataConfig(res=32, n_images=4096, views_per_id=8),
+        encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=2048, steps=400),
+        model=_small_model(),
+        train=TrainConfig(steps=1500, batch_size=16, eval_every=250, eval_samples=512),
+    )
+
+
+def paper() -> Config:
+    """The full-size EG3D-family architecture (64 px rendering to 64 px data here; 512 px in the paper): GPU.
+
+    `iclr26 run headgan --preset paper --workdir runs/headgan`. The data are still HeadsLite renders; with
+    user-supplied multi-view heads and CLIP weights this would be the real pipeline.
+    """
+    return Config(data=DataConfig(res=64, n_images=65536, views_per_id=8),
+                  train=TrainConfig(steps=200_000, batch_size=32, eval_every=5000, eval_samples=4096))
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "bench": bench(), "paper": paper()}
