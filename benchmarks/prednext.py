@@ -151,20 +151,29 @@ def write_readme_table(text: str) -> None:
     README.write_text(new)
 
 
+def summarize_all(rows: list[dict]) -> dict:
+    """{base: {"runs": rows, "variants": per-variant mean/std}} from the finished runs."""
+    out = {}
+    for base in dict.fromkeys(r["base"] for r in rows):
+        runs = [r for r in rows if r["base"] == base]
+        out["init" if base == "none" else base] = {"runs": runs, "variants": train.summarize(runs)}
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bases", nargs="+", default=["simsiam", "simclr"], choices=configs.BASES)
-    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--steps", type=int, default=150)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--variants", nargs="+", default=["base", "prednext", "forced"])
     p.add_argument("--n-train", type=int, default=1024)
     p.add_argument("--n-test", type=int, default=512)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "prednext_bench_runs.jsonl"),
+                   help="finished runs (one JSON per line); a restarted benchmark with the same scale skips them")
     args = p.parse_args(argv)
     t0 = time.time()
-    results, rows = {}, []
-    speed = []
-    cfg0 = configs.bench(args.bases[0], steps=args.steps, seeds=args.seeds)
+    cfg0 = configs.bench(args.bases[0], steps=args.steps, seeds=1)
     cfg0 = dataclasses.replace(cfg0, variants=tuple(args.variants),
                                data=dataclasses.replace(cfg0.data, n_train=args.n_train, n_test=args.n_test))
     data = make_datasets(cfg0.data)
@@ -172,23 +181,61 @@ def main(argv=None):
              "seeds": args.seeds, "eval_clips": cfg0.train.eval_clips, "proj_dim": cfg0.model.proj_dim,
              "channels": list(cfg0.model.channels), "stem_stride": cfg0.model.stem_stride,
              "issue_scale": "~1k steps per run (notes); reduced to fit the shared 2-core machine"}
-    plots = []
-    for base in args.bases:
-        cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base))
-        with tempfile.TemporaryDirectory() as tmp:
-            res = train.train_and_evaluate(cfg, tmp, data=data)
-        if "init" not in results:  # reference: the untrained network (same seeds' initial weights)
+    cache = pathlib.Path(args.cache)
+    key = json.dumps(scale, sort_keys=True)
+    rows = [r for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip())
+            if r.get("scale") == key] if cache.exists() else []
+    for r in rows:
+        r["cached"] = True
+    done = {(r["base"], r["variant"], r["seed"]) for r in rows}
+    speed: list[dict] = []
+    histories: dict = {}
+
+    def save(final: bool = False):
+        results = summarize_all(rows)
+        claims = make_claims(results)
+        wall = time.time() - t0 + sum(r.get("seconds", 0.0) for r in rows if r.get("cached"))
+        write_results("prednext", rows=[{k: v for k, v in r.items() if k not in ("scale", "cached")} for r in rows],
+                      claims=claims,
+                      wall_seconds=wall, scale=scale, speed=speed, paper_ucf101_top1=PAPER,
+                      summary={b: r["variants"] for b, r in results.items()}, history=histories,
+                      complete=final)
+        return results, claims, wall
+
+    def record(row: dict) -> None:
+        row["scale"] = key
+        rows.append(row)
+        with cache.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        save()
+
+    # seed-major order: whatever has finished at any time is a complete comparison for its seeds
+    for seed in range(args.seeds):
+        for base in args.bases:
+            cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base),
+                                      train=dataclasses.replace(cfg0.train, seed=seed))
             extract = train.programs(train._shape_key(cfg))[4]
-            states = [train.calibrated_init(cfg, s, data) for s in range(args.seeds)]
-            init_runs = [{"base": "none", "variant": "random_init", "seed": s, **e}
-                         for s, e in enumerate(train.evaluate_runs(cfg, extract, states, data))]
-            results["init"] = {"runs": init_runs, "variants": train.summarize(init_runs), "history": [],
-                               "speed": {}, "train_seconds": 0.0, "eval_seconds": 0.0}
-            rows += init_runs
-        results[base] = res
-        rows += res["runs"]
-        print(f"[prednext] {base}: " + json.dumps({v: {k: round(s[k]["mean"], 4) for k in METRICS}
-                                                   for v, s in res["variants"].items()}), flush=True)
+            if ("none", "random_init", seed) not in done:
+                t = time.time()
+                e = train.evaluate_runs(cfg, extract, [train.calibrated_init(cfg, 0, data)], data)[0]
+                record({"base": "none", "variant": "random_init", "seed": seed, **e, "seconds": time.time() - t})
+                done.add(("none", "random_init", seed))
+            for variant in args.variants:
+                if (base, variant, seed) in done:
+                    continue
+                t = time.time()
+                state, history, step_times = train.train_run(cfg, variant, 0, data)
+                e = train.evaluate_runs(cfg, extract, [state], data)[0]
+                histories[f"{base}/{variant}/{seed}"] = history
+                record({"base": base, "variant": variant, "seed": seed, **e, "seconds": time.time() - t,
+                        "step_seconds_median": float(np.median(step_times[1:] or step_times))})
+                print(f"[prednext] {base}/{variant}/seed{seed}: " + json.dumps({k: round(e[k], 4) for k in METRICS}),
+                      flush=True)
+    results = summarize_all(rows)
+    plots = []
+    for base, res in results.items():
+        if base == "init":
+            continue
         st = res["variants"]
         plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_motion_probe.png",
                                   {v: 100 * st[v]["probe_motion"]["mean"] for v in st},
@@ -197,27 +244,15 @@ def main(argv=None):
         plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_consistency.png",
                                   {v: st[v]["inconsistency_z"]["mean"] for v in st},
                                   {v: st[v]["inconsistency_z"]["std"] for v in st},
-                                  title=f"{base}: temporal inconsistency E_consistency (lower = more consistent)",
+                                  title=f"{base}: temporal inconsistency (lower = more consistent)",
                                   ylabel="E_consistency")))
-        claims = make_claims(results)
-        summary = {b: {"variants": r["variants"], "speed": r["speed"], "train_seconds": r["train_seconds"],
-                       "eval_seconds": r["eval_seconds"]} for b, r in results.items()}
-        write_results("prednext", rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
-                      summary=summary, speed=speed, paper_ucf101_top1=PAPER, plots=plots,
-                      history={b: r["history"] for b, r in results.items()})
     if not args.no_speed:
         small = dataclasses.replace(cfg0, train=dataclasses.replace(cfg0.train, steps=10))
         speed.append(step_speed(small))
         full = dataclasses.replace(small, model=dataclasses.replace(small.model, stem_stride=1))
         speed.append(step_speed(full))
         print("[prednext] speed", speed, flush=True)
-    claims = make_claims(results)
-    wall = time.time() - t0
-    summary = {b: {"variants": r["variants"], "speed": r["speed"], "train_seconds": r["train_seconds"],
-                   "eval_seconds": r["eval_seconds"]} for b, r in results.items()}
-    write_results("prednext", rows=rows, claims=claims, wall_seconds=wall, scale=scale, summary=summary,
-                  speed=speed, paper_ucf101_top1=PAPER, plots=plots,
-                  history={b: r["history"] for b, r in results.items()})
+    results, claims, wall = save(final=True)
     write_readme_table(render_table(results, claims, speed, scale, wall))
     for c in claims:
         print(f"[prednext] {'HELD' if c['held'] else 'NOT HELD'}: {c['statement']} ({c['evidence']})")

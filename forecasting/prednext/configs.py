@@ -162,7 +162,7 @@ def demo() -> Config:
     )
 
 
-def bench(base: str, steps: int = 600, seeds: int = 3) -> Config:
+def bench(base: str, steps: int = 200, seeds: int = 3) -> Config:
     """The benchmark's setting (benchmarks/prednext.py): the notes' small-scale model (16/32/64, T = 8, 32x32),
     batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds vmapped together."""
     return Config(
@@ -182,7 +182,7 @@ def ucf101() -> Config:
     return Config(
         data=VideoConfig(n_train=1, n_test=1, canvas=128, length=48, clip_len=16, future_gap=16, jitter=1,
                          min_size=12, max_size=16),
-        augment=AugmentConfig(out_size=112, min_scale=0.5, brightness=0.4, noise=0.0),
+        augment=AugmentConfig(out_size=128, min_scale=0.5, brightness=0.4, noise=0.0),
         model=ModelConfig(arch="sew_resnet18", channels=(64, 128, 256, 512), in_channels=3, proj_hidden=2048,
                           proj_dim=128, head_hidden=128),
         loss=LossConfig(base="simsiam"),

@@ -9,6 +9,7 @@ probes for the motion and the digit label, temporal consistency and the collapse
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -151,8 +152,7 @@ def compiler_options(config: Config) -> dict:
 
 
 def _shape_key(config: Config) -> Config:
-    """Fields that change the compiled programs (not the seed, steps or variants)."""
-    import dataclasses
+    """Fields that change the compiled programs (not the seed, the number of runs or the variants)."""
     return dataclasses.replace(config, variants=("base",), train=dataclasses.replace(
         config.train, seeds=1, seed=0, steps=max(config.train.steps, 2), log_every=1))
 

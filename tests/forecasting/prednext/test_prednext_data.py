@@ -12,7 +12,8 @@ from scipy import ndimage
 
 from core.config import ConfigError
 from forecasting.prednext.data import (MOTION_NAMES, MOTIONS, AugmentConfig, ClipSampler, FrameFolderSampler,
-                                       VideoConfig, frame_folder_entries, generate, make_views, resized_crop)
+                                       VideoConfig, crop_params, frame_folder_entries, generate, make_views,
+                                       resized_crop)
 
 CFG = VideoConfig(n_train=48, n_test=8, length=20, clip_len=6, future_gap=6, jitter=1)
 
@@ -124,21 +125,22 @@ def test_clip_sampler_windows_future_and_resume(videos):
 
 def test_augmentations_keep_motion_direction_and_time_order(videos):
     aug = AugmentConfig(noise=0.0)
+    crop = jax.jit(resized_crop, static_argnums=3)
     # a horizontal and a vertical ramp keep their orientation through any crop (no flips)
     ramp = jnp.broadcast_to(jnp.arange(32.0)[None, :, None], (32, 32, 1))[None]
     for seed in range(5):
-        from forecasting.prednext.data import crop_params
-        scale, shift = crop_params(jax.random.key(seed), aug)
-        out = np.asarray(resized_crop(ramp, scale, shift, 32))[0, :, :, 0]
+        scale, shift = jax.jit(crop_params, static_argnums=1)(jax.random.key(seed), aug)
+        out = np.asarray(crop(ramp, scale, shift, 32))[0, :, :, 0]
         # non-decreasing up to float32 rounding of the bilinear weights, and increasing end to end
         assert np.all(np.diff(out, axis=1) >= -1e-5) and np.all(np.diff(out, axis=1).sum(1) > 1)
-        outv = np.asarray(resized_crop(jnp.swapaxes(ramp, 1, 2), scale, shift, 32))[0, :, :, 0]
+        outv = np.asarray(crop(jnp.swapaxes(ramp, 1, 2), scale, shift, 32))[0, :, :, 0]
         assert np.all(np.diff(outv, axis=0) >= -1e-5) and np.all(np.diff(outv, axis=0).sum(0) > 1)
     # translation videos: the augmented views still move in the labelled direction
     v = videos["video"]
     trans = [i for i in range(len(v)) if MOTION_NAMES[videos["motion"][i]] in ("right", "left", "down", "up")][:6]
     window = jnp.asarray(v[trans, 2: 2 + CFG.clip_len + 2])
-    views = np.asarray(make_views(jax.random.key(1), window, CFG.clip_len, 1, aug))  # (2, n, T, 32, 32, 1)
+    views = jax.jit(make_views, static_argnums=(2, 3, 4))(jax.random.key(1), window, CFG.clip_len, 1, aug)
+    views = np.asarray(views)  # (2, n, T, 32, 32, 1)
     assert views.shape == (2, len(trans), CFG.clip_len, 32, 32, 1)
     for j, i in enumerate(trans):
         vel = np.array(MOTIONS[videos["motion"][i]][1])
@@ -147,8 +149,8 @@ def test_augmentations_keep_motion_direction_and_time_order(videos):
             assert np.dot(d, vel) > 0, (MOTION_NAMES[videos["motion"][i]], d)
     # time order: a window whose frame t is the constant t comes out increasing by one per step
     clock = jnp.broadcast_to(jnp.arange(10.0)[None, :, None, None], (3, 10, 8, 8)) / 255.0
-    cv = np.asarray(make_views(jax.random.key(2), clock, 8, 1, AugmentConfig(out_size=8, noise=0.0,
-                                                                           brightness=0.0)))
+    cv = np.asarray(jax.jit(make_views, static_argnums=(2, 3, 4))(
+        jax.random.key(2), clock, 8, 1, AugmentConfig(out_size=8, noise=0.0, brightness=0.0)))
     steps = cv[..., 0, 0, 0] * 255.0  # (2, 3, T)
     np.testing.assert_allclose(np.diff(steps, axis=-1), 1.0, atol=1e-4)
 

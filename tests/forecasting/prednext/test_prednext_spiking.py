@@ -166,10 +166,15 @@ def test_parametric_lif_starts_at_tau_and_learns_its_decay():
     np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(lif_scan(x, LIFConfig(tau=2.0))))
 
 
+@nnx.jit
+def train_call(module, x):
+    return module(x, train=True)
+
+
 def test_batchnorm_through_time_shares_statistics_over_steps_and_samples():
     bn = BatchNormThroughTime(3, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(6), (4, 5, 2, 2, 3)) * jnp.arange(1, 5)[:, None, None, None, None]
-    y = bn(x, train=True)
+    y = train_call(bn, x)
     flat = np.asarray(x).reshape(-1, 3)
     ref = (flat - flat.mean(0)) / np.sqrt(flat.var(0) + 1e-5)
     np.testing.assert_allclose(np.asarray(y).reshape(-1, 3), ref, rtol=1e-4, atol=1e-4)
@@ -180,16 +185,19 @@ def test_spiking_conv_and_sew_block_shapes_and_connections():
     rngs = nnx.Rngs(0)
     x = (jax.random.uniform(jax.random.key(7), (3, 2, 8, 8, 4)) > 0.5).astype(jnp.float32)
     conv = SpikingConv(4, 6, stride=2, rngs=rngs)
-    s = conv(x, train=True)
+    s = train_call(conv, x)
     assert s.shape == (3, 2, 4, 4, 6) and set(np.unique(np.asarray(s))) <= {0.0, 1.0}
-    add = SEWBlock(4, 4, connect="ADD", rngs=nnx.Rngs(1))
-    out = add(x, train=True)
-    path = add.conv2(add.conv1(x, train=True), train=True)
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(path + x))
-    iand = SEWBlock(4, 4, connect="IAND", rngs=nnx.Rngs(1))
-    np.testing.assert_array_equal(np.asarray(iand(x, train=True)), np.asarray(x * (1 - path)))
-    down = SEWBlock(4, 8, stride=2, rngs=nnx.Rngs(2))
-    assert down(x, train=True).shape == (3, 2, 4, 4, 8)
+    assert 0 < float(s.mean()) < 1
+
+    @nnx.jit
+    def both(block, x):  # the block's output and its residual path, from the same BN state
+        path = block.conv2(block.conv1(x, train=True), train=True)
+        return block(x, train=True), path
+
+    for connect, combine in (("ADD", lambda p, x: p + x), ("IAND", lambda p, x: x * (1 - p))):
+        out, path = both(SEWBlock(4, 4, connect=connect, rngs=nnx.Rngs(1)), x)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(combine(path, x)), err_msg=connect)
+    assert train_call(SEWBlock(4, 8, stride=2, rngs=nnx.Rngs(2)), x).shape == (3, 2, 4, 4, 8)
 
 
 def test_bad_inputs_raise():
