@@ -14,11 +14,14 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import pickle
 import re
 import sys
 import tempfile
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -49,25 +52,43 @@ def images_to_reach(seen: list[int], curve: list[float], target: float) -> float
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--n-images", type=int, default=4096)
-    ap.add_argument("--eval-samples", type=int, default=512)
+    ap.add_argument("--preset", default="bench", help="bench (the committed run) or tiny (a check of this script)")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--eval-every", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--n-images", type=int, default=None)
+    ap.add_argument("--eval-samples", type=int, default=None)
+    ap.add_argument("--raw", default="/tmp/headgan_bench_raw.pkl",
+                    help="trained parameters and histories are saved here; an existing file is reused (no training)")
     ap.add_argument("--fast-compile", action="store_true", help="XLA optimisation level 0 for the training step")
     ap.add_argument("--name", default="headgan")
     args = ap.parse_args(argv)
     t0 = time.time()
-    cfg = configs.bench()
+    cfg = configs.PRESETS[args.preset]
+    cfg = dataclasses.replace(cfg, arms=configs.bench().arms)
+    tc = cfg.train
+    args.steps, args.eval_every = args.steps or tc.steps, args.eval_every or tc.eval_every
+    args.batch, args.eval_samples = args.batch or tc.batch_size, args.eval_samples or tc.eval_samples
+    args.n_images = args.n_images or cfg.data.n_images
     cfg = dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, n_images=args.n_images),
-        train=dataclasses.replace(cfg.train, steps=args.steps, eval_every=args.eval_every, batch_size=args.batch,
-                                  eval_samples=args.eval_samples, fast_compile=args.fast_compile))
+        train=dataclasses.replace(tc, steps=args.steps, eval_every=args.eval_every, batch_size=args.batch,
+                                  eval_samples=args.eval_samples, fast_compile=args.fast_compile or tc.fast_compile))
     prepared = prepare(cfg.data, cfg.encoder)
     evaluator = Evaluator(cfg, prepared)
     print(f"[bench] data + encoders ready in {time.time() - t0:.0f}s", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        res = train.train_and_evaluate(cfg, tmp, prepared=prepared, evaluator=evaluator)
+    raw = pathlib.Path(args.raw)
+    if raw.exists():
+        res = pickle.loads(raw.read_bytes())
+        res["g_params"] = jax.tree.map(jnp.asarray, res["g_params"])
+        res["generate"] = train.make_generate_fn(cfg, train.make_models(cfg)[0])
+        t0 -= res["wall_seconds"]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = train.train_and_evaluate(cfg, tmp, prepared=prepared, evaluator=evaluator)
+        keep = {k: v for k, v in res.items() if k != "generate"}
+        keep["g_params"] = jax.device_get(res["g_params"])
+        raw.write_bytes(pickle.dumps(keep))
     res["evaluator"] = evaluator
     plots = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -244,7 +244,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
     for i, a in enumerate(arms):
         gp = jax.tree.map(lambda x: x[i], states.params["g"])
         final[a] = evaluator.evaluate(generate, gp, a)
-    return {"arms": arms, "final": final, "history": history, "states": states, "generate": generate,
+    return {"arms": arms, "final": final, "history": history, "g_params": states.params["g"], "generate": generate,
             "speed": {"arms_in_parallel": len(arms), "images_per_s_all_arms": imgs_per_s,
                       "batch_size": tc.batch_size, "steps": n_chunks * every,
                       "compile_and_first_chunk_s": chunk_times[0]},
@@ -265,7 +265,7 @@ def write_plots(result: dict, config: Config, workdir: pathlib.Path, prefix: str
                        title="FD-random (feature Frechet distance) vs images seen", xlabel="images seen per arm",
                        ylabel="FD-random", logy=True)]
     for i, a in enumerate(result["arms"]):
-        gp = jax.tree.map(lambda x: x[i], result["states"].params["g"])
+        gp = jax.tree.map(lambda x: x[i], result["g_params"])
         imgs, titles = rotation_images(config, result["generate"], gp, a, result["evaluator"])
         slug = a.replace("/", "_").replace("+", "_")
         paths.append(image_grid(workdir / f"{prefix}rotation_{slug}.png", imgs, ncols=8, titles=titles))
