@@ -228,6 +228,16 @@ def split(module: nnx.Module):
     return nnx.split(module, nnx.Param)
 
 
+def init(ctor, key: jax.Array):
+    """(graphdef, params) of `ctor(rngs)`, initialised in ONE jitted program.
+
+    Building an nnx module eagerly dispatches (and compiles) every initialiser op one by one, which costs
+    minutes on a loaded CPU; under jit it is one small compile."""
+    graphdef = split(nnx.eval_shape(lambda: ctor(nnx.Rngs(0))))[0]
+    params = jax.jit(lambda k: split(ctor(nnx.Rngs(params=k)))[1])(key)
+    return graphdef, params
+
+
 def apply(graphdef, params, *args, method: str | None = None, **kwargs):
     model = nnx.merge(graphdef, params)
     return (getattr(model, method) if method else model)(*args, **kwargs)

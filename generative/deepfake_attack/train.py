@@ -30,7 +30,7 @@ from . import ops
 from .configs import ATTRIBUTORS, GENERATORS, AMConfig, AttackConfig, Config, GenConfig
 from .data import load_pools
 from .model import (MADE, ConvClassifier, ConvVAE, DCGANGenerator, DenoisingAE, Discriminator, MLPClassifier,
-                    PseudoGenerator, SmallUNet, apply, split)
+                    PseudoGenerator, SmallUNet, apply, init, split)
 
 UPSAMPLE = {"dcgan_transposed": "transposed", "dcgan_nearest": "nearest", "dcgan_bilinear": "bilinear"}
 PSEUDO_FAMILIES = ("transposed", "nearest", "bilinear")
@@ -62,17 +62,17 @@ def scan_fit(loss_fn: Callable, tx: optax.GradientTransformation, params: Any, a
 
 def build_generator(name: str, gen: GenConfig, size: int, key: jax.Array):
     """(graphdef, params) of a generator family; GANs hold {"g": ..., "d": ...} params."""
-    rngs = nnx.Rngs(params=key)
     if name in UPSAMPLE:
-        gd_g, pg = split(DCGANGenerator(gen.latent, gen.width, size, UPSAMPLE[name], rngs=rngs))
-        gd_d, pd = split(Discriminator(gen.width, size, rngs=rngs))
+        kg, kd = jax.random.split(key)
+        gd_g, pg = init(lambda r: DCGANGenerator(gen.latent, gen.width, size, UPSAMPLE[name], rngs=r), kg)
+        gd_d, pd = init(lambda r: Discriminator(gen.width, size, rngs=r), kd)
         return (gd_g, gd_d), {"g": pg, "d": pd}
     if name == "vae":
-        return split(ConvVAE(gen.latent, gen.width, size, rngs=rngs))
+        return init(lambda r: ConvVAE(gen.latent, gen.width, size, rngs=r), key)
     if name == "made":
-        return split(MADE((size // 2) ** 2, gen.made_hidden, rngs=rngs))
+        return init(lambda r: MADE((size // 2) ** 2, gen.made_hidden, rngs=r), key)
     if name == "ddpm":
-        return split(SmallUNet(gen.width, time_dim=gen.width, rngs=rngs))
+        return init(lambda r: SmallUNet(gen.width, time_dim=gen.width, rngs=r), key)
     raise ValueError(f"generator {name!r}: expected one of {GENERATORS}")
 
 
@@ -175,11 +175,11 @@ def _train_gan(graphdef, params, gen: GenConfig, arrays: dict, key: jax.Array):
     n = arrays["image"].shape[0]
 
     @jax.jit
-    def fit(params, key):
+    def fit(params, key, images):  # data as an argument, never a compile-time constant
         def body(carry, step):
             p, og, od = carry
             kz, ki = jax.random.split(jax.random.fold_in(key, step))
-            real = arrays["image"][jax.random.randint(ki, (gen.batch_size,), 0, n)]
+            real = images[jax.random.randint(ki, (gen.batch_size,), 0, n)]
             z = jax.random.normal(kz, (gen.batch_size, gen.latent))
 
             def d_loss(pd):
@@ -200,14 +200,14 @@ def _train_gan(graphdef, params, gen: GenConfig, arrays: dict, key: jax.Array):
                                          jnp.arange(gen.gan_steps))
         return p, losses
 
-    return fit(params, key)
+    return fit(params, key, arrays["image"])
 
 
 # --------------------------------------------------------------------------------------------- FID classifier
 
 def train_digit_classifier(x: np.ndarray, y: np.ndarray, gen: GenConfig, key: jax.Array):
     """The project's small digit classifier whose hidden features define FID. Returns (graphdef, params)."""
-    graphdef, params = split(ConvClassifier(16, x.shape[1], 10, rngs=nnx.Rngs(params=key)))
+    graphdef, params = init(lambda r: ConvClassifier(16, x.shape[1], 10, rngs=r), key)
 
     def loss_fn(p, batch, k):
         return L.cross_entropy(apply(graphdef, p, batch["image"]), batch["label"]), {}
@@ -249,15 +249,19 @@ def am_input(name: str, x: jax.Array, block: int) -> jax.Array:
 
 def build_attributors(am: AMConfig, size: int, classes: int, key: jax.Array):
     """({name: graphdef}, {name: params}) for the four attribution models."""
-    graphdefs, params = {}, {}
-    for i, name in enumerate(ATTRIBUTORS):
-        rngs = nnx.Rngs(params=jax.random.fold_in(key, i))
-        if name in ("pixel_cnn", "residual_cnn"):
-            module = ConvClassifier(am.width, size, classes, am.hidden, rngs=rngs)
-        else:
-            module = MLPClassifier(size * size, am.hidden, classes, rngs=rngs)
-        graphdefs[name], params[name] = split(module)
-    return graphdefs, params
+    graphdefs, init_fn = _am_init(am, size, classes)
+    return graphdefs, init_fn(key)
+
+
+@functools.cache
+def _am_init(am: AMConfig, size: int, classes: int):
+    """Graphdefs and ONE jitted initialiser per attribution setting (retraining for each defence reuses it)."""
+    def ctor(r):
+        return {name: (ConvClassifier(am.width, size, classes, am.hidden, rngs=r) if name.endswith("cnn")
+                       else MLPClassifier(size * size, am.hidden, classes, rngs=r)) for name in ATTRIBUTORS}
+
+    graphdefs = {n: split(m)[0] for n, m in nnx.eval_shape(lambda: ctor(nnx.Rngs(0))).items()}
+    return graphdefs, jax.jit(lambda k: {n: split(m)[1] for n, m in ctor(nnx.Rngs(params=k)).items()})
 
 
 def am_logits(graphdefs: dict, params: dict, x: jax.Array, block: int) -> dict[str, jax.Array]:
@@ -282,7 +286,7 @@ def am_optimizer(am: AMConfig) -> optax.GradientTransformation:
 
 @functools.cache
 def _am_fitter(am: AMConfig, size: int, classes: int):
-    graphdefs, _ = build_attributors(am, size, classes, jax.random.key(0))
+    graphdefs, _ = _am_init(am, size, classes)
     loss_fn = make_am_loss(graphdefs, am)
     fit = jax.jit(functools.partial(scan_fit, loss_fn, am_optimizer(am)), static_argnums=(3, 4))
     return graphdefs, fit
@@ -304,7 +308,7 @@ def build_pseudo_generators(attack: AttackConfig, key: jax.Array):
     out = []
     for k in range(attack.pseudo_gms):
         fam = PSEUDO_FAMILIES[k % len(PSEUDO_FAMILIES)]
-        out.append(split(PseudoGenerator(8, fam, rngs=nnx.Rngs(params=jax.random.fold_in(key, k)))))
+        out.append(init(lambda r, fam=fam: PseudoGenerator(8, fam, rngs=r), jax.random.fold_in(key, k)))
     return out
 
 
@@ -318,20 +322,20 @@ def pseudo_fakes(pseudo, x: jax.Array, which: jax.Array, beta: float) -> jax.Arr
 def build_attack(attack: AttackConfig, size: int, key: jax.Array):
     """(graphdefs, params) of the attack U-Net f and the surrogate attributor S (K + 1 classes)."""
     k1, k2 = jax.random.split(key)
-    gf, pf = split(SmallUNet(attack.width, rngs=nnx.Rngs(params=k1)))
-    gs, ps = split(ConvClassifier(attack.surrogate_width, size, attack.pseudo_gms + 1, 64, rngs=nnx.Rngs(params=k2)))
+    gf, pf = init(lambda r: SmallUNet(attack.width, rngs=r), k1)
+    gs, ps = init(lambda r: ConvClassifier(attack.surrogate_width, size, attack.pseudo_gms + 1, 64, rngs=r), k2)
     return (gf, gs), {"f": pf, "s": ps}
 
 
-def make_attack_step(attack: AttackConfig, graphdefs, pseudo, x_real: jax.Array):
+def make_attack_step(attack: AttackConfig, graphdefs, n: int):
     """step((params, opt_f, opt_s), key, mode) -> (carry, metrics): one simultaneous update of the attacker f
     (fool the surrogate on attacked pseudo-fakes + fidelity) and the surrogate S (attribute clean and
     attacked images to real / pseudo-generator k). Only real images x_real are ever used."""
     gf, gs = graphdefs
     tx_f, tx_s = optax.adam(attack.lr), optax.adam(attack.lr)
-    n, b = x_real.shape[0], attack.batch_size
+    b = attack.batch_size
 
-    def step(carry, key, mode):
+    def step(carry, key, mode, pseudo, x_real):
         p, of, os_ = carry
         ki, kw = jax.random.split(key)
         x = x_real[jax.random.randint(ki, (2 * b,), 0, n)]
@@ -370,21 +374,23 @@ def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array):
     k_init, k_pseudo, k_train = jax.random.split(key, 3)
     graphdefs, params = build_attack(attack, size, k_init)
     pseudo = build_pseudo_generators(attack, k_pseudo)
-    init, step = make_attack_step(attack, graphdefs, pseudo, jnp.asarray(x_real))
+    init, step = make_attack_step(attack, graphdefs, x_real.shape[0])
     modes = jnp.array([0.0, 1.0])
+    pseudo_gds = [gd for gd, _ in pseudo]
 
     @jax.jit
-    def fit(params):
+    def fit(params, pseudo_params, x_real):  # data and pseudo-generators as arguments, not constants
         carry = jax.vmap(lambda _: init(params))(modes)
+        ps = list(zip(pseudo_gds, pseudo_params))
 
         def body(carry, i):
             k = jax.random.fold_in(k_train, i)
-            return jax.vmap(lambda c, m: step(c, k, m))(carry, modes)
+            return jax.vmap(lambda c, m: step(c, k, m, ps, x_real))(carry, modes)
 
         carry, hist = jax.lax.scan(body, carry, jnp.arange(attack.steps))
         return carry[0], hist
 
-    stacked, hist = fit(params)
+    stacked, hist = fit(params, [p for _, p in pseudo], jnp.asarray(x_real))
     return graphdefs, stacked, hist
 
 
@@ -442,7 +448,7 @@ def pgd_l2(logits_fn: Callable, x: jax.Array, labels: jax.Array, radius: float, 
 
 def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array):
     """The denoising-autoencoder purifier, trained on real images with Gaussian noise."""
-    graphdef, params = split(DenoisingAE(16, rngs=nnx.Rngs(params=key)))
+    graphdef, params = init(lambda r: DenoisingAE(16, rngs=r), key)
 
     def loss_fn(p, batch, k):
         xb = batch["image"]
@@ -518,10 +524,14 @@ def _attack_images(x: np.ndarray, t: np.ndarray, mode: float, scale: float) -> n
 
 def fidelity(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Mean PSNR / SSIM of y against x, over the whole image and over the stroke region."""
-    x, y = jnp.asarray(x), jnp.asarray(y)
+    return {k: float(v) for k, v in _fidelity(jnp.asarray(x), jnp.asarray(y)).items()}
+
+
+@jax.jit
+def _fidelity(x, y):
     mask = M.stroke_mask(x)
-    return {"psnr": float(jnp.mean(M.psnr(x, y))), "psnr_stroke": float(jnp.mean(M.psnr(x, y, mask))),
-            "ssim": float(jnp.mean(M.ssim(x, y))), "ssim_stroke": float(jnp.mean(M.ssim(x, y, mask)))}
+    return {"psnr": jnp.mean(M.psnr(x, y)), "psnr_stroke": jnp.mean(M.psnr(x, y, mask)),
+            "ssim": jnp.mean(M.ssim(x, y)), "ssim_stroke": jnp.mean(M.ssim(x, y, mask))}
 
 
 def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Callable[[str], None] = print
@@ -554,7 +564,15 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     fid_real = M.frechet_distance(batched(feats, pools["am"]["image"], eb), real_feats)
     tick("fid_classifier", t0)
     fakes_am, fakes_eval, gen_info = {}, {}, {}
-    for gi, name in enumerate(progress(GENERATORS, desc="generators")):
+    cache = workdir / "stage_generators.npz"  # a rerun in the same workdir resumes after the zoo
+    if cache.exists():
+        with np.load(cache) as z:
+            fakes_am = {g: z[f"am_{g}"] for g in GENERATORS}
+            fakes_eval = {g: z[f"eval_{g}"] for g in GENERATORS}
+        gen_info = json.loads((workdir / "stage_generators.json").read_text())
+        log(f"[deepfake_attack] generators restored from {cache}")
+    for gi, name in enumerate(progress([g for g in GENERATORS if g not in gen_info], desc="generators")):
+        gi = GENERATORS.index(name)
         t0 = time.time()
         graphdef, params, losses = train_generator(name, config.gen, pools["gm"]["image"], jax.random.fold_in(root, gi))
         sampler = make_sampler(name, graphdef, config.gen, size)
@@ -572,6 +590,10 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
                    ncols=min(8, config.grid_samples))
         tick(f"generator_{name}", t0)
 
+    if not cache.exists():
+        np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS}, **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
+        (workdir / "stage_generators.json").write_text(json.dumps(gen_info))
+
     # 2. attribution models -------------------------------------------------------------------------
     classes = 1 + len(GENERATORS)
     x_am, y_am = _stack_classes(pools["am"]["image"], fakes_am)
@@ -581,21 +603,29 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
 
     # 3. attacks, trained on the attack pool (real only) ------------------------------------------------
     t0 = time.time()
-    att_gd, att_p, att_hist = train_attacks(config.attack, pools["attack"]["image"],
-                                            jax.random.key(config.attack.seed))
-    tick("attack_training", t0)
+    x_am_fake = x_am[y_am > 0]
+    cache = workdir / "stage_attack.npz"
+    if cache.exists():
+        with np.load(cache) as z:
+            t_fake, t_am = z["t_fake"], z["t_am"]
+            att_hist = {k.removeprefix("hist_"): z[k] for k in z.files if k.startswith("hist_")}
+        log(f"[deepfake_attack] attack outputs restored from {cache}")
+    else:
+        att_gd, att_p, att_hist = train_attacks(config.attack, pools["attack"]["image"],
+                                                jax.random.key(config.attack.seed))
+        tick("attack_training", t0)
+        t_fake = attack_outputs(att_gd, att_p, x_fake, eb)
+        t_am = attack_outputs(att_gd, att_p, x_am_fake, eb)
+        np.savez(cache, t_fake=t_fake, t_am=t_am, **{f"hist_{k}": np.asarray(v) for k, v in att_hist.items()})
     t0 = time.time()
-    t_fake = attack_outputs(att_gd, att_p, x_fake, eb)
     scales = {m: calibrate_scale(x_fake, t_fake[i], float(i), config.attack.target_psnr)
               for i, m in enumerate(("additive", "multiplicative"))}
     adv = {m: _attack_images(x_fake, t_fake[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))}
-    adv["blur"] = np.asarray(ops.quantize8(ops.gaussian_blur(jnp.asarray(x_fake), config.attack.blur_sigma)))
-    adv["dct"] = np.asarray(ops.quantize8(ops.dct_quantize(jnp.asarray(x_fake), config.attack.dct_step,
-                                                            config.am.dct_block)))
+    reference = jax.jit(lambda xb: (ops.quantize8(ops.gaussian_blur(xb, config.attack.blur_sigma)),
+                                    ops.quantize8(ops.dct_quantize(xb, config.attack.dct_step, config.am.dct_block))))
+    adv["blur"], adv["dct"] = (np.asarray(a) for a in reference(jnp.asarray(x_fake)))
     fid_rows = {a: fidelity(x_fake, adv[a]) for a in adv}
     # attacked copies of the attribution-training fakes, for the retraining defence
-    x_am_fake = x_am[y_am > 0]
-    t_am = attack_outputs(att_gd, att_p, x_am_fake, eb)
     adv_am = [_attack_images(x_am_fake, t_am[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))]
     tick("attack_apply", t0)
 
@@ -603,7 +633,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     t0 = time.time()
     dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
                     jax.random.key(config.defence.seed))
-    profile = ops.amplitude_profile(pools["am"]["image"])
+    profile = jax.jit(ops.amplitude_profile)(pools["am"]["image"])
     tick("dae_training", t0)
 
     radius = float(size * 10 ** (-config.attack.target_psnr / 20))
@@ -646,7 +676,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     wall = time.time() - t_start
     return {"generators": gen_info, "fid_real_vs_real": fid_real, "digit_classifier_acc": digit_acc,
             "attributors": am_info, "scales": scales, "fidelity": fid_rows, "asr": results, "table": table,
-            "attack_history": {k: np.asarray(v)[:, -50:].mean(axis=1).tolist() for k, v in att_hist.items()},
+            "attack_history": {k: np.asarray(v)[-50:].mean(axis=0).tolist() for k, v in att_hist.items()},
             "timings": timings, "wall_seconds": wall}
 
 
@@ -660,6 +690,11 @@ def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray)
     return {"mean": M.mean_asr(list(cells.values())), "cells": cells}
 
 
+@jax.jit
+def _mean_spectrum(x):
+    return ops.log_spectrum(x).mean(0)
+
+
 def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table) -> None:
     import matplotlib.pyplot as plt
 
@@ -671,7 +706,7 @@ def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table) ->
         for g, i in enumerate(idx):
             axes[r, g].imshow(xs[i, ..., 0], cmap="gray", vmin=0, vmax=1)
             sel = y_fake == g + 1
-            spec = np.asarray(ops.log_spectrum(jnp.asarray(xs[sel][:200]))).mean(0)
+            spec = np.asarray(_mean_spectrum(jnp.asarray(xs[sel][:200])))
             axes[3 + r, g].imshow(spec, cmap="magma")
             for a in (axes[r, g], axes[3 + r, g]):
                 a.set_xticks([])

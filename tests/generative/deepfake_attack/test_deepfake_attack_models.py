@@ -1,0 +1,88 @@
+"""Generator samplers (shape, range, determinism under a key), MADE's autoregressive mask, the attack budget,
+PSNR calibration, PGD's radius and the pseudo-generators."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from generative.deepfake_attack import losses as L
+from generative.deepfake_attack import metrics as M
+from generative.deepfake_attack import train as T
+from generative.deepfake_attack.configs import GENERATORS, AttackConfig, GenConfig
+from generative.deepfake_attack.model import MADE, apply, split
+from flax import nnx
+
+GEN = GenConfig(latent=4, width=4, made_hidden=8, ddpm_timesteps=3)
+
+
+@pytest.mark.parametrize("name", GENERATORS)
+def test_sampler_shape_range_and_determinism(name):
+    graphdef, params = T.build_generator(name, GEN, 8, jax.random.key(0))
+    sample = T.make_sampler(name, graphdef, GEN, 8)
+    a = np.asarray(sample(params, jax.random.key(1), 3))
+    b = np.asarray(sample(params, jax.random.key(1), 3))
+    c = np.asarray(sample(params, jax.random.key(2), 3))
+    assert a.shape == (3, 8, 8, 1) and a.dtype == np.float32
+    assert a.min() >= 0.0 and a.max() <= 1.0
+    np.testing.assert_allclose(a * 255, np.round(a * 255), atol=1e-4)  # 8-bit levels
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_made_output_d_depends_only_on_earlier_pixels():
+    graphdef, params = split(MADE(6, 16, rngs=nnx.Rngs(0)))
+    params = jax.tree.map(lambda p: p + 0.1, params)  # make the zero-initialised direct term non-zero too
+    jac = jax.jacobian(lambda x: apply(graphdef, params, x[None])[0])(jnp.full(6, 0.5))
+    jac = np.asarray(jac)  # jac[d, j] = d logit_d / d x_j
+    assert np.all(jac[np.triu_indices(6)] == 0.0)
+    assert np.all(np.abs(jac[np.tril_indices(6, -1)]) > 0)
+
+
+def test_attacks_respect_their_budget():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.uniform(size=(4, 8, 8, 1)).astype(np.float32)).at[:, :2].set(0.0)
+    f = jnp.asarray(100 * rng.normal(size=x.shape).astype(np.float32))  # saturates tanh
+    eps = 0.2
+    add = L.apply_attack(x, f, 0.0, eps)
+    mul = L.apply_attack(x, f, 1.0, eps)
+    assert float(jnp.max(jnp.abs(add - x))) <= eps + 1e-6
+    assert bool(jnp.all(jnp.abs(mul - x) <= eps * x + 1e-6))
+    assert float(jnp.max(jnp.abs(mul[:, :2]))) == 0.0  # a multiplicative change cannot touch a black background
+    assert float(jnp.max(jnp.abs(add[:, :2]))) > 0.0
+    assert float(jnp.min(add)) >= 0.0 and float(jnp.max(mul)) <= 1.0
+
+
+@pytest.mark.parametrize("mode", [0.0, 1.0])
+def test_calibrated_scale_hits_target_psnr(mode):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.2, 0.8, size=(16, 8, 8, 1)).astype(np.float32)
+    t = np.tanh(rng.normal(size=x.shape)).astype(np.float32)
+    s = T.calibrate_scale(x, t, mode, 30.0)
+    y = np.clip(x + s * t * (mode * x + 1 - mode), 0, 1)
+    assert float(np.mean(M.psnr(jnp.asarray(x), jnp.asarray(y)))) == pytest.approx(30.0, abs=1e-3)
+
+
+def test_pgd_stays_in_the_l2_ball_and_raises_the_loss():
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.uniform(0.3, 0.7, size=(5, 4, 4, 1)).astype(np.float32))
+    w = jnp.asarray(rng.normal(size=(16, 3)).astype(np.float32))
+    logits_fn = lambda xb: xb.reshape(xb.shape[0], -1) @ w  # noqa: E731
+    y = jnp.argmax(logits_fn(x), -1)
+    xa = T.pgd_l2(logits_fn, x, y, 0.5, 10)
+    norms = np.sqrt(np.sum(np.asarray(xa - x) ** 2, axis=(1, 2, 3)))
+    assert np.all(norms <= 0.5 + 1e-5) and np.all(norms > 0.1)
+    assert float(L.cross_entropy(logits_fn(xa), y)) > float(L.cross_entropy(logits_fn(x), y))
+
+
+def test_pseudo_generators_add_a_bounded_trace():
+    cfg = AttackConfig(pseudo_gms=3)
+    pseudo = T.build_pseudo_generators(cfg, jax.random.key(0))
+    x = jnp.asarray(np.random.default_rng(3).uniform(size=(3, 8, 8, 1)).astype(np.float32))
+    y = T.pseudo_fakes(pseudo, x, jnp.array([1, 2, 3]), cfg.pseudo_beta)
+    d = np.abs(np.asarray(y - x))
+    assert d.max() > 0 and np.all(np.asarray(y) >= 0) and np.all(np.asarray(y) <= 1)
+    # each family leaves a different trace on the same image
+    same = jnp.repeat(x[:1], 3, axis=0)
+    z = np.asarray(T.pseudo_fakes(pseudo, same, jnp.array([1, 2, 3]), cfg.pseudo_beta))
+    assert not np.allclose(z[0], z[1]) and not np.allclose(z[1], z[2])
