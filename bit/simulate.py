@@ -38,7 +38,7 @@ class SimConfig:
     channels: int = 128  # simulated area-6v electrodes ('24 files also get 128 untuned area-44 columns)
     tuned_fraction: float = 0.6
     rate_hz: tuple[float, float] = (5.0, 50.0)
-    gain: float = 0.35
+    gain: float = 0.45
     phone_bins: float = 4.0  # mean phone duration (bins of 20 ms)
     sil_bins: tuple[int, int] = (2, 8)
     duration_sd: float = 0.3

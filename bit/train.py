@@ -76,28 +76,21 @@ def build_data(config: Config, workdir: str | pathlib.Path, *, monkey_alpha: flo
             half = n_im // 2
             im_pre.append((_subset(loaded, range(half)), i))
             im_test.append((_subset(loaded, range(half, n_im)), i))
-    alpha = d.alpha if monkey_alpha is None else monkey_alpha
-    monkey = []
-    for j in range(d.monkey_sessions):
-        trials = simulate.simulate_monkey(world, d.monkey_trials, alpha=alpha, seed=1000 * d.seed + j)
-        blocks = np.zeros(len(trials), int)
-        monkey.append(data_lib.Session(data_lib.zscore_per_block(trials, blocks), trials, [""] * len(trials),
-                                       blocks, [np.zeros(0, np.int32)] * len(trials), f"monkey{j}"))
     kw = dict(max_bins=sim.max_bins, num_features=NUM_FEATURES, num_counts=NUM_COUNTS, patch=config.model.patch,
               max_labels=64)
     human_ids = list(range(d.sessions))
-    monkey_ids = [d.sessions + j for j in range(d.monkey_sessions)]
     out = {
         "train": data_lib.pad_trials(train_s, human_ids, **kw),
         "test": data_lib.pad_trials(test_s, human_ids, **kw),
-        "pretrain": data_lib.pad_trials(train_s + [s for s, _ in im_pre] + monkey,
-                                        human_ids + [i for _, i in im_pre] + monkey_ids, **kw,
-                                        dataset_ids=[0] * (len(train_s) + len(im_pre)) + [1] * len(monkey)),
+        "pretrain_human": data_lib.pad_trials(train_s + [s for s, _ in im_pre], human_ids + [i for _, i in im_pre],
+                                              **kw),
     }
     if im_test:
         out["imagined_test"] = data_lib.pad_trials([s for s, _ in im_test], [i for _, i in im_test], **kw)
         out["imagined_pretrain_count"] = sum(len(s) for s, _ in im_pre)
     out = {k: (_smooth(v, d.smooth_sd) if isinstance(v, dict) else v) for k, v in out.items()}
+    monkey = monkey_arrays(config, d.alpha if monkey_alpha is None else monkey_alpha)
+    out["pretrain"] = concat(out["pretrain_human"], monkey) if monkey else out["pretrain_human"]
     out["train_text"] = [t for s in train_s for t in s.texts]
     out["test_text"] = [t for s in test_s for t in s.texts]
     out["imagined_text"] = [t for s, _ in im_test for t in s.texts]
@@ -109,6 +102,28 @@ def build_data(config: Config, workdir: str | pathlib.Path, *, monkey_alpha: flo
     out["channel_mask"] = channel_mask
     out["num_sessions"] = d.sessions + d.monkey_sessions
     return out
+
+
+def monkey_arrays(config: Config, alpha: float) -> dict[str, np.ndarray] | None:
+    """Unlabelled monkey sessions (session ids after the humans', read-in dataset 1), smoothed like the rest."""
+    d, sim = config.data, config.sim
+    if not d.monkey_sessions:
+        return None
+    world = simulate.World(sim)
+    sessions = []
+    for j in range(d.monkey_sessions):
+        trials = simulate.simulate_monkey(world, d.monkey_trials, alpha=alpha, seed=1000 * d.seed + j)
+        blocks = np.zeros(len(trials), int)
+        sessions.append(data_lib.Session(data_lib.zscore_per_block(trials, blocks), trials, [""] * len(trials),
+                                         blocks, [np.zeros(0, np.int32)] * len(trials), f"monkey{j}"))
+    arrays = data_lib.pad_trials(sessions, [d.sessions + j for j in range(d.monkey_sessions)],
+                                 max_bins=sim.max_bins, num_features=NUM_FEATURES, num_counts=NUM_COUNTS,
+                                 patch=config.model.patch, max_labels=64, dataset_ids=[1] * d.monkey_sessions)
+    return _smooth(arrays, d.smooth_sd)
+
+
+def concat(*arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}
 
 
 def _subset(s: data_lib.Session, idx) -> data_lib.Session:
@@ -136,13 +151,13 @@ def make_optimizer(lr: float, steps: int, warmup: int, weight_decay: float) -> o
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=weight_decay))
 
 
-def make_scan_train(loss_fn: Callable, tx: optax.GradientTransformation, arrays: Mapping[str, jax.Array],
-                    num_examples: int, *, steps: int, batch_size: int):
-    """train(params, key) -> (params, losses): core.train's step under one lax.scan; batches are sampled on
-    device from the first `num_examples` rows of `arrays`. vmap it over seeds."""
+def make_scan_train(loss_fn: Callable, tx: optax.GradientTransformation, *, steps: int, batch_size: int):
+    """train(params, key, arrays, num_examples) -> (params, losses): core.train's step under one lax.scan;
+    batches are sampled on device from the first `num_examples` rows of `arrays` (a traced count, so one
+    compile serves every labelled-set size). vmap it over seeds."""
     step_fn = core_train.make_train_step(loss_fn, tx, donate=False)
 
-    def train(params, key):
+    def train(params, key, arrays, num_examples):
         k_state, k_data = jax.random.split(key)
         state = core_train.init_train_state(params, tx, k_state)
 

@@ -1,0 +1,381 @@
+"""BIT's pretraining claims on the simulator (paper 1): C1 pretrain vs scratch at 50/200/1000 labelled sentences,
+C2 monkey data in pretraining with shared dynamics alpha > 0 vs alpha = 0, C3 attempted -> imagined transfer,
+C4 the n-gram cascade vs greedy phonemes + lexicon lookup.
+
+    nice -n 10 .venv/bin/python benchmarks/bit_cascade.py            # the committed run (reduced scale)
+
+One simulated world (data seed 0); seeds vary the model init, masking and batch order, vmapped in one program
+per setting. Writes benchmarks/results/bit_cascade.json (+ PNGs) and the README table between
+<!-- table:bit_cascade --> markers. Stages are cached under --raw-dir so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import re
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bit import configs, losses, train  # noqa: E402
+from bit.decode import phone_lm_table  # noqa: E402
+from core.plots import line_plot  # noqa: E402
+from core.results import RESULTS_DIR, claim, write_results  # noqa: E402
+
+README = ROOT / "bit" / "README.md"
+NAME = "bit_cascade"
+
+
+def stats(xs):
+    xs = np.asarray(xs, float)
+    return {"mean": float(xs.mean()), "std": float(xs.std(ddof=1)) if len(xs) > 1 else 0.0, "n": len(xs)}
+
+
+def fmt(s, pct=True):
+    k = 100.0 if pct else 1.0
+    return f"{k * s['mean']:.1f} ± {k * s['std']:.1f}"
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        base = configs.cpu()
+        self.cfg = dataclasses.replace(
+            base,
+            data=dataclasses.replace(base.data, sessions=args.sessions, sentences_per_session=args.per_session,
+                                     test_per_session=args.test_per_session, imagined_sessions=args.imagined_sessions,
+                                     imagined_per_session=args.imagined_per_session,
+                                     monkey_sessions=args.monkey_sessions, monkey_trials=args.monkey_trials,
+                                     alpha=args.alpha),
+            train=dataclasses.replace(base.train, pretrain_steps=args.pretrain_steps,
+                                      finetune_steps=args.finetune_steps, batch_size=args.batch_size),
+            decode=dataclasses.replace(base.decode, word_beam=args.word_beam))
+        self.raw = pathlib.Path(args.raw_dir)
+        self.raw.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        self.data = train.build_data(self.cfg, self.raw / "sim")
+        self.sim_seconds = time.time() - t0
+        print(f"simulated in {self.sim_seconds:.0f}s: train {len(self.data['train']['x'])}, test "
+              f"{len(self.data['test']['x'])}, pretrain {len(self.data['pretrain_human']['x'])} human", flush=True)
+        self.num_sessions = self.cfg.data.sessions + self.cfg.data.monkey_sessions
+        self.graphdef, _ = train.init_model(self.cfg, self.num_sessions, jax.random.key(0))
+        self.seeds = jnp.arange(args.seeds)
+        self.table = phone_lm_table()
+        self.lexicon, self.word_decoder = train.make_word_decoder(self.cfg, self.data["lm_text"], self.raw)
+        self.logprobs = train.make_logprobs(self.cfg, self.graphdef)
+        self.speed = {}
+        self._pretrain_fn = self._finetune_fn = None
+        self.train_dev = train.device_arrays(self.data["train"])
+        monkey0 = train.monkey_arrays(self.cfg, 0.0)
+        human = self.data["pretrain_human"]
+        self.pre_sets = {"all": (self.data["pretrain"], len(self.data["pretrain"]["x"])),
+                         "monkey_alpha0": (train.concat(human, monkey0), len(self.data["pretrain"]["x"])),
+                         "human": (train.concat(human, {k: np.zeros_like(v[:len(self.data["pretrain"]["x"]) - len(human["x"])])
+                                                        for k, v in human.items()}), len(human["x"]))}
+
+    def init(self, seed):
+        return train.init_model(self.cfg, self.num_sessions, jax.random.key(seed))[1]
+
+    def init_traced(self, seed):
+        _, params = train.init_model(self.cfg, self.num_sessions, jax.random.fold_in(jax.random.key(0), seed))
+        return params
+
+    def pretrain(self, name, arrays, n):
+        """Span-masked Poisson-NLL pretraining on the first n rows, vmapped over seeds -> stacked params.
+        Every pretraining set is padded to the same row count, so one compile serves all of them."""
+        t = self.cfg.train
+        if self._pretrain_fn is None:
+            tx = train.make_optimizer(t.pretrain_lr, t.pretrain_steps, t.warmup, t.weight_decay)
+            mask = np.ones((self.num_sessions, train.NUM_COUNTS), np.float32)
+            mask[self.cfg.data.sessions:, self.cfg.sim.monkey_channels:] = 0.0
+            loss_fn = losses.make_pretrain_loss(self.cfg, self.graphdef, jnp.asarray(mask))
+            run = train.make_scan_train(loss_fn, tx, steps=t.pretrain_steps, batch_size=t.batch_size)
+            self._pretrain_fn = jax.jit(jax.vmap(
+                lambda s, a, n: run(self.init_traced(s), jax.random.fold_in(jax.random.key(7), s), a, n),
+                in_axes=(0, None, None)))
+        t0 = time.time()
+        params, curve = self._pretrain_fn(self.seeds, train.device_arrays(arrays), n)
+        jax.block_until_ready(curve)
+        wall = time.time() - t0
+        self.speed.setdefault("pretrain_seed_steps_per_s", {})[name] = len(self.seeds) * t.pretrain_steps / wall
+        print(f"pretrain {name}: {wall:.0f}s, loss {float(curve[:, :20].mean()):.3f} -> "
+              f"{float(curve[:, -20:].mean()):.3f}", flush=True)
+        return params, np.asarray(curve)
+
+    def finetune(self, name, n, init_params):
+        """CTC fine-tuning on the first n labelled sentences (scratch when init_params is None)."""
+        t = self.cfg.train
+        if self._finetune_fn is None:
+            tx = train.make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
+            run = train.make_scan_train(losses.make_ctc_loss(self.cfg, self.graphdef), tx,
+                                        steps=t.finetune_steps, batch_size=t.batch_size)
+            self._finetune_fn = jax.jit(jax.vmap(
+                lambda p, s, a, n: run(p, jax.random.fold_in(jax.random.key(11), s), a, n), in_axes=(0, 0, None, None)))
+            self._scratch = jax.jit(jax.vmap(self.init_traced))
+        if init_params is None:
+            init_params = self._scratch(self.seeds + 100)
+        t0 = time.time()
+        params, curve = self._finetune_fn(init_params, self.seeds, self.train_dev, n)
+        jax.block_until_ready(curve)
+        wall = time.time() - t0
+        self.speed.setdefault("finetune_seed_steps_per_s", {})[name] = len(self.seeds) * t.finetune_steps / wall
+        print(f"finetune {name}: {wall:.0f}s, CTC loss {float(curve[:, -20:].mean()):.3f}", flush=True)
+        return params, np.asarray(curve)
+
+    def evaluate(self, params, seed_index, *, words: bool, imagined: bool):
+        p = jax.tree.map(lambda a: a[seed_index], params)
+        n_w = self.args.word_test
+        test = self.data["test"]
+        lp, fr = self.logprobs(p, test)
+        out = train.evaluate(self.cfg, lp, fr, test, self.data["test_text"], table=self.table, word_decoder=None,
+                             lexicon=None)
+        res = {"per_greedy": out["per_greedy"], "per_beam": out["per_beam"]}
+        self.speed["phone_beam_sentences_per_s"] = out["phone_beam_sentences_per_s"]
+        if words:
+            sub = train.take(test, n_w)  # the word cascade runs on the first word_test sentences
+            ev = train.evaluate(self.cfg, lp[:n_w], fr[:n_w], sub, self.data["test_text"][:n_w], table=self.table,
+                                word_decoder=self.word_decoder, lexicon=self.lexicon)
+            res.update(wer_cascade=ev["wer_cascade"], wer_greedy_lexicon=ev["wer_greedy_lexicon"],
+                       per_greedy_wordset=ev["per_greedy"])
+            self.speed["word_decode_sentences_per_s"] = ev["word_decode_sentences_per_s"]
+            res["examples"] = [{"truth": self.data["test_text"][i], "cascade": ev["cascade_hyps"][i],
+                                "greedy_lexicon": ev["greedy_lexicon_hyps"][i]} for i in range(3)]
+        if imagined and "imagined_test" in self.data:
+            im = self.data["imagined_test"]
+            lp_i, fr_i = self.logprobs(p, im)
+            ev = train.evaluate(self.cfg, lp_i, fr_i, im, self.data["imagined_text"], table=self.table)
+            res.update(imagined_per_greedy=ev["per_greedy"], imagined_per_beam=ev["per_beam"])
+        return res
+
+
+def cached(path: pathlib.Path, fn):
+    if path.exists():
+        return json.loads(path.read_text())
+    out = fn()
+    path.write_text(json.dumps(out, default=float))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--per-session", type=int, default=130)
+    ap.add_argument("--test-per-session", type=int, default=12)
+    ap.add_argument("--imagined-sessions", type=int, default=4)
+    ap.add_argument("--imagined-per-session", type=int, default=40)
+    ap.add_argument("--monkey-sessions", type=int, default=2)
+    ap.add_argument("--monkey-trials", type=int, default=150)
+    ap.add_argument("--alpha", type=float, default=0.7)
+    ap.add_argument("--labelled", type=int, nargs="+", default=[50, 200, 1000])
+    ap.add_argument("--pretrain-steps", type=int, default=400)
+    ap.add_argument("--finetune-steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--word-beam", type=int, default=20)
+    ap.add_argument("--word-test", type=int, default=48)
+    ap.add_argument("--stages", nargs="+", default=["c1", "c2"])
+    ap.add_argument("--raw-dir", default="/tmp/bit_cascade_bench")
+    args = ap.parse_args(argv)
+    t_start = time.time()
+    b = Bench(args)
+    raw = b.raw
+    rows, curves = [], {}
+    results: dict = {}
+    c2n = 200 if 200 in args.labelled else args.labelled[len(args.labelled) // 2]
+
+    # C1 (+ C3, C4 from the same models): BIT-All pretraining (human attempted + imagined + monkey alpha)
+    def stage_c1():
+        out = {}
+        p_all, curve = b.pretrain("all", *b.pre_sets["all"])
+        out["pretrain_curve_all"] = curve.mean(0).tolist()
+        for n in args.labelled:
+            for init_name, init in (("scratch", None), ("pretrained", p_all)):
+                params, c = b.finetune(f"{init_name}_{n}", n, init)
+                out[f"ft_curve_{init_name}_{n}"] = c.mean(0).tolist()
+                out[f"{init_name}_{n}"] = [b.evaluate(params, s, words=n in (c2n, max(args.labelled)),
+                                                      imagined=n == c2n) for s in range(args.seeds)]
+                print(init_name, n, {k: round(float(np.mean([r[k] for r in out[f'{init_name}_{n}']])), 3)
+                                     for k in out[f"{init_name}_{n}"][0] if k != "examples"}, flush=True)
+        return out
+
+    def stage_c2():
+        out = {}
+        p_h, _ = b.pretrain("human", *b.pre_sets["human"])
+        params, _ = b.finetune(f"human_{c2n}", c2n, p_h)
+        out["human"] = [b.evaluate(params, s, words=False, imagined=False) for s in range(args.seeds)]
+        p_m0, _ = b.pretrain("monkey_alpha0", *b.pre_sets["monkey_alpha0"])
+        params, _ = b.finetune(f"monkey_alpha0_{c2n}", c2n, p_m0)
+        out["monkey_alpha0"] = [b.evaluate(params, s, words=False, imagined=False) for s in range(args.seeds)]
+        return out
+
+    tag = f"s{args.seeds}_n{args.sessions}x{args.per_session}_p{args.pretrain_steps}_f{args.finetune_steps}"
+    for stage, fn in (("c1", stage_c1), ("c2", stage_c2)):
+        if stage in args.stages:
+            results[stage] = cached(raw / f"{stage}_{tag}.json", fn)
+            write(args, b, results, t_start, c2n)
+    print(f"done in {time.time() - t_start:.0f}s", flush=True)
+
+
+def write(args, b, results, t_start, c2n):
+    rows, claims = [], []
+    c1 = results.get("c1", {})
+    summary = {}
+    for key, runs in c1.items():
+        if key.startswith(("scratch_", "pretrained_")):
+            init, n = key.split("_")
+            for s, r in enumerate(runs):
+                rows.append({"experiment": "C1", "init": init, "labelled": int(n), "seed": s,
+                             **{k: v for k, v in r.items() if k != "examples"}})
+            summary[key] = {k: stats([r[k] for r in runs]) for k in runs[0] if k != "examples"}
+    if c1:
+        held_all = []
+        ev = []
+        for n in args.labelled:
+            s, p = summary[f"scratch_{n}"]["per_greedy"], summary[f"pretrained_{n}"]["per_greedy"]
+            held_all.append(p["mean"] < s["mean"])
+            ev.append(f"{n}: pretrained {fmt(p)} vs scratch {fmt(s)}")
+        claims.append(claim("C1_pretraining_lowers_per",
+                            "C1: pretraining (human attempted + imagined + monkey, Poisson NLL) lowers test PER vs "
+                            "training from scratch at every labelled-set size",
+                            all(held_all), "; ".join(ev) + " (PER %, greedy, mean ± sd over seeds)"))
+        gaps = [summary[f"scratch_{n}"]["per_greedy"]["mean"] - summary[f"pretrained_{n}"]["per_greedy"]["mean"]
+                for n in args.labelled]
+        claims.append(claim("C1_gap_shrinks", "C1: the pretraining gain shrinks as labelled data grows",
+                            bool(all(a >= b_ for a, b_ in zip(gaps, gaps[1:]))),
+                            "PER gain (scratch - pretrained), points: " + ", ".join(
+                                f"{n}: {100 * g:.1f}" for n, g in zip(args.labelled, gaps))))
+        n_big = max(args.labelled)
+        for n in sorted({c2n, n_big}):
+            s, p = summary[f"scratch_{n}"], summary[f"pretrained_{n}"]
+            if "wer_cascade" in s:
+                claims.append(claim(f"C1_pretraining_lowers_wer_{n}",
+                                    f"C1: at {n} labelled sentences pretraining also lowers the cascade WER",
+                                    p["wer_cascade"]["mean"] < s["wer_cascade"]["mean"],
+                                    f"WER pretrained {fmt(p['wer_cascade'])} vs scratch {fmt(s['wer_cascade'])}"))
+        # C4
+        ev4, held4 = [], []
+        for key in (f"scratch_{c2n}", f"pretrained_{c2n}", f"scratch_{n_big}", f"pretrained_{n_big}"):
+            st = summary.get(key, {})
+            if "wer_cascade" in st:
+                held4.append(st["wer_cascade"]["mean"] < st["wer_greedy_lexicon"]["mean"])
+                ev4.append(f"{key}: cascade WER {fmt(st['wer_cascade'])} vs greedy+lexicon "
+                           f"{fmt(st['wer_greedy_lexicon'])}, PER {fmt(st['per_greedy_wordset'])}")
+        if ev4:
+            claims.append(claim("C4_cascade_beats_greedy_lexicon",
+                                "C4: the n-gram cascade (lexicon beam search + word 3-gram) has lower WER than greedy "
+                                "phoneme decoding + lexicon lookup", all(held4), "; ".join(ev4)))
+            gap = [summary[k]["wer_cascade"]["mean"] - summary[k]["per_greedy_wordset"]["mean"]
+                   for k in (f"scratch_{c2n}", f"pretrained_{c2n}") if "wer_cascade" in summary.get(k, {})]
+            claims.append(claim("C4_per_is_no_proxy_for_wer",
+                                "C4: WER differs from PER (the PER-to-WER gap), so PER gains need not become WER gains",
+                                any(abs(g) > 0.02 for g in gap),
+                                "cascade WER - greedy PER (points): " + ", ".join(f"{100 * g:.1f}" for g in gap)))
+        # C3
+        s, p = summary.get(f"scratch_{c2n}", {}), summary.get(f"pretrained_{c2n}", {})
+        if "imagined_per_greedy" in s:
+            claims.append(claim("C3_pretraining_helps_imagined",
+                                f"C3: fine-tuned on {c2n} attempted sentences and tested on imagined speech, the model "
+                                "pretrained on both tasks has lower PER than the one trained from scratch",
+                                p["imagined_per_greedy"]["mean"] < s["imagined_per_greedy"]["mean"],
+                                f"imagined PER pretrained {fmt(p['imagined_per_greedy'])} vs scratch "
+                                f"{fmt(s['imagined_per_greedy'])} (attempted: {fmt(p['per_greedy'])} vs "
+                                f"{fmt(s['per_greedy'])})"))
+            rows += [{"experiment": "C3", "init": init, "labelled": c2n, "seed": i,
+                      "imagined_per_greedy": r["imagined_per_greedy"]}
+                     for init in ("scratch", "pretrained") for i, r in enumerate(c1[f"{init}_{c2n}"])]
+        # C1 plot
+        line_plot(RESULTS_DIR / f"{NAME}_c1_per.png",
+                  {init: (args.labelled, [summary[f"{init}_{n}"]["per_greedy"]["mean"] for n in args.labelled],
+                          [summary[f"{init}_{n}"]["per_greedy"]["mean"] - summary[f"{init}_{n}"]["per_greedy"]["std"]
+                           for n in args.labelled],
+                          [summary[f"{init}_{n}"]["per_greedy"]["mean"] + summary[f"{init}_{n}"]["per_greedy"]["std"]
+                           for n in args.labelled]) for init in ("scratch", "pretrained")},
+                  title="C1: test PER vs labelled sentences", xlabel="labelled sentences", ylabel="PER", logx=True)
+        if "pretrain_curve_all" in c1:
+            pc = c1["pretrain_curve_all"]
+            line_plot(RESULTS_DIR / f"{NAME}_pretrain_loss.png", {"masked Poisson NLL": (list(range(len(pc))), pc)},
+                      title="Pretraining loss (mean over seeds)", xlabel="step", ylabel="loss")
+    c2 = results.get("c2")
+    if c2 and c1:
+        ref = summary[f"pretrained_{c2n}"]["per_greedy"]
+        hum = stats([r["per_greedy"] for r in c2["human"]])
+        m0 = stats([r["per_greedy"] for r in c2["monkey_alpha0"]])
+        summary["c2_human_only"], summary["c2_monkey_alpha0"] = {"per_greedy": hum}, {"per_greedy": m0}
+        for name, runs in (("human only", c2["human"]), ("human + monkey alpha=0", c2["monkey_alpha0"])):
+            rows += [{"experiment": "C2", "pretraining": name, "labelled": c2n, "seed": i, **r}
+                     for i, r in enumerate(runs)]
+        claims.append(claim("C2_monkey_helps_when_shared",
+                            f"C2: adding monkey sessions (shared dynamics alpha={args.alpha}) to pretraining lowers "
+                            f"PER at {c2n} labelled sentences vs human-only pretraining",
+                            ref["mean"] < hum["mean"], f"human + monkey(alpha={args.alpha}) {fmt(ref)} vs human only "
+                                                       f"{fmt(hum)}"))
+        claims.append(claim("C2_monkey_no_help_when_unshared",
+                            "C2 (falsification): monkey sessions with alpha=0 (no shared dynamics) do not lower PER "
+                            "vs human-only pretraining by more than one sd",
+                            not (m0["mean"] < hum["mean"] - max(hum["std"], m0["std"])),
+                            f"human + monkey(alpha=0) {fmt(m0)} vs human only {fmt(hum)}"))
+    scale = {k: getattr(args, k) for k in ("seeds", "sessions", "per_session", "test_per_session",
+                                           "imagined_sessions", "imagined_per_session", "monkey_sessions",
+                                           "monkey_trials", "alpha", "labelled", "pretrain_steps", "finetune_steps",
+                                           "batch_size", "word_beam", "word_test")}
+    m = b.cfg.model
+    scale.update(model=f"d {m.d_model}, {m.num_layers} layers, {m.num_heads} heads, MLP {m.mlp_dim}, patch {m.patch}, "
+                       f"CTC upsample {m.ctc_upsample}", simulate_seconds=b.sim_seconds,
+                 issue_acceptance="C1-C4 over 3 seeds within 60 min on this machine; cpu preset d 128 x 4 layers",
+                 reductions="d 64 x 2 layers (notes: d 128 x 4), 8 sessions x 130 sentences (notes: 12 x 200), "
+                            "a few hundred steps per stage; 2 CPU cores shared with four other jobs")
+    path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start, scale=scale,
+                         speed=b.speed, summary=summary,
+                         examples=c1.get(f"pretrained_{c2n}", [{}])[0].get("examples", []))
+    render(path)
+    print(f"wrote {path}", flush=True)
+
+
+def render(path: pathlib.Path):
+    rec = json.loads(path.read_text())
+    su, sc = rec["summary"], rec["scale"]
+    lines = [f"Simulator, {sc['seeds']} seeds, {sc['sessions']} sessions x {sc['per_session']} sentences, "
+             f"{sc['model']}; pretraining {sc['pretrain_steps']} steps, fine-tuning {sc['finetune_steps']} steps "
+             f"(batch {sc['batch_size']}). Mean ± sd over seeds, in %. Wall {rec['wall_seconds']:.0f} s.", "",
+             "| init | labelled | PER greedy | PER phone-LM beam | WER cascade | WER greedy + lexicon | PER imagined |",
+             "|---|---|---|---|---|---|---|"]
+    for key, st in su.items():
+        if key.startswith(("scratch_", "pretrained_")):
+            init, n = key.split("_")
+            g = lambda k: fmt(st[k]) if k in st else "-"  # noqa: E731
+            lines.append(f"| {init} | {n} | {g('per_greedy')} | {g('per_beam')} | {g('wer_cascade')} | "
+                         f"{g('wer_greedy_lexicon')} | {g('imagined_per_greedy')} |")
+    for key, label in (("c2_human_only", "C2 human-only pretraining"), ("c2_monkey_alpha0", "C2 human + monkey alpha=0")):
+        if key in su:
+            lines.append(f"| {label} | {sc['labelled'][len(sc['labelled']) // 2]} | {fmt(su[key]['per_greedy'])} | | | | |")
+    lines += ["", "| claim | held | evidence |", "|---|---|---|"]
+    lines += [f"| {c['statement']} | {'held' if c['held'] else '**not held**'} | {c['evidence']} |"
+              for c in rec["claims"]]
+    sp = rec.get("speed", {})
+    if sp:
+        parts = []
+        for k, v in sp.items():
+            if isinstance(v, dict):
+                parts.append(f"{k.replace('_', ' ')}: " + ", ".join(f"{n} {x:.1f}" for n, x in v.items()))
+            else:
+                parts.append(f"{k.replace('_', ' ')}: {v:.1f}")
+        lines += ["", "Throughput (2 shared CPU cores): " + "; ".join(parts) + "."]
+    text = README.read_text()
+    start, end = f"<!-- table:{NAME} -->", f"<!-- /table:{NAME} -->"
+    if start in text and end in text:
+        text = re.sub(re.escape(start) + ".*?" + re.escape(end), start + "\n" + "\n".join(lines) + "\n" + end,
+                      text, flags=re.S)
+        README.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
