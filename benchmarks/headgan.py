@@ -1,7 +1,7 @@
 """BalanceHead's conditioning study on HeadsLite renders (paper 3's central claims), all arms in one process.
 
     nice -n 10 .venv/bin/python benchmarks/headgan.py                 # the committed run (see scale in JSON)
-    .venv/bin/python benchmarks/headgan.py --steps 20000 --batch 32    # closer to the issue's intent (GPU)
+    .venv/bin/python benchmarks/headgan.py --set data.res=32 model.raw_res=16 --steps 20000 --batch 32  # GPU
 
 Arms: camera vs semantic conditioning on imbalanced and balanced data (the 2x2 grid) and semantic + ViCiCo on
 balanced data, trained together (vmapped, one compiled program, the same initialisation). Writes
@@ -27,6 +27,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.config import apply_overrides  # noqa: E402
 from core.results import RESULTS_DIR, claim, write_results  # noqa: E402
 from generative.headgan import configs, train  # noqa: E402
 from generative.headgan.data import prepare  # noqa: E402
@@ -61,11 +62,13 @@ def main(argv=None):
     ap.add_argument("--raw", default="/tmp/headgan_bench_raw.pkl",
                     help="trained parameters and histories are saved here; an existing file is reused (no training)")
     ap.add_argument("--fast-compile", action="store_true", help="XLA optimisation level 0 for the training step")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides, e.g. data.res=32 model.raw_res=16 (the 32 px setting)")
     ap.add_argument("--name", default="headgan")
     args = ap.parse_args(argv)
     t0 = time.time()
     cfg = configs.PRESETS[args.preset]
-    cfg = dataclasses.replace(cfg, arms=configs.bench().arms)
+    cfg = apply_overrides(dataclasses.replace(cfg, arms=configs.bench().arms), args.set)
     tc = cfg.train
     args.steps, args.eval_every = args.steps or tc.steps, args.eval_every or tc.eval_every
     args.batch, args.eval_samples = args.batch or tc.batch_size, args.eval_samples or tc.eval_samples
@@ -149,8 +152,9 @@ def main(argv=None):
              "plane_channels": m.plane_channels, "samples_per_ray": [m.n_coarse, m.n_fine],
              "eval_samples": args.eval_samples, "fast_compile": args.fast_compile,
              "issue_acceptance": "benchmark within 90 min on this machine; 32-64 px renders",
-             "reductions": "32 px output from 16 px volume rendering (paper 512 from 64), 12+12 samples per ray "
-                           "(48+48), tri-plane 3x16x16x8 (3x256x256x32), z/w 32/64 (512/512), one seed, "
+             "reductions": f"{cfg.data.res} px output from {m.raw_res} px volume rendering (paper 512 from 64), "
+                           f"{m.n_coarse}+{m.n_fine} samples per ray (48+48), tri-plane 3x{m.plane_res}x{m.plane_res}x"
+                           f"{m.plane_channels} (3x256x256x32), z/w {m.z_dim}/{m.w_dim} (512/512), one seed, "
                            f"{res['speed']['steps'] * args.batch} images per arm (paper 32M); the method is unchanged"}
     speed = {**res["speed"], "train_wall_seconds": res["wall_seconds"]}
     path = write_results(args.name, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,

@@ -192,27 +192,28 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """About a minute on 2 CPU cores: camera vs semantic conditioning on balanced data, 16 px, 150 steps.
+    """A minute or two on 2 CPU cores: camera vs semantic conditioning on balanced data, 16 px, 80 steps.
 
     `iclr26 run headgan --preset demo --workdir /tmp/hg`; writes metrics.json, FD curves and 360-degree grids.
     """
     return Config(
         data=DataConfig(res=16, n_images=1024, views_per_id=8),
-        encoder=EncoderConfig(sem_dim=16, feat_dim=32, channels=16, n_train=512, steps=150, fast_compile=True),
+        encoder=EncoderConfig(sem_dim=16, feat_dim=32, channels=16, n_train=512, steps=100, fast_compile=True),
         model=_small_model(raw_res=8, plane_res=16, n_coarse=8, n_fine=8),
-        train=TrainConfig(steps=150, batch_size=16, eval_every=75, eval_samples=128, fast_compile=True),
+        train=TrainConfig(steps=80, batch_size=8, eval_every=40, eval_samples=128, fast_compile=True),
         arms=("camera/balanced", "semantic/balanced"),
     )
 
 
 def bench() -> Config:
-    """The benchmark's setting (benchmarks/headgan.py): 32 px output from 16 px rendering, 12 + 12 samples,
-    480 steps of batch 8 per arm (sized to ~30 min on the shared 2-core machine)."""
+    """The benchmark's setting (benchmarks/headgan.py), sized to the CPU share left on the shared 2-core machine
+    (~20 % of a core): 16 px output from 8 px volume rendering with 8 + 8 samples per ray, 240 steps of batch 8
+    per arm. The 32 px setting: `benchmarks/headgan.py --set data.res=32 model.raw_res=16` (about 4x the compute)."""
     return Config(
-        data=DataConfig(res=32, n_images=2048, views_per_id=8),
-        encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=2048, steps=400),
-        model=_small_model(d_channels=16, sr_channels=16),
-        train=TrainConfig(steps=480, batch_size=8, eval_every=80, eval_samples=256),
+        data=DataConfig(res=16, n_images=1024, views_per_id=8),
+        encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=1024, steps=200),
+        model=_small_model(raw_res=8, n_coarse=8, n_fine=8, d_channels=16, sr_channels=16),
+        train=TrainConfig(steps=240, batch_size=8, eval_every=60, eval_samples=128),
     )
 
 

@@ -7,8 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from generative.headgan.model import ModConv, composite, sample_pdf, sample_triplane, volume_render
+from generative.headgan.model import ModConv, composite, sample_pdf, sample_triplane
+from generative.headgan.model import volume_render as _volume_render
 from generative.headgan.render import camera_rays, ray_sphere
+
+# jitted once per (field, sample counts): eager op-by-op dispatch is slow on a loaded CPU
+volume_render = jax.jit(_volume_render, static_argnums=(0, 4, 5), static_argnames=("bound",))
 
 
 def test_constant_density_closed_form():

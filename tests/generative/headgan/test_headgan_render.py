@@ -41,14 +41,13 @@ def test_ray_sphere_chord_closed_form():
 def test_back_only_cue_invisible_from_the_front():
     p = jax.random.uniform(jax.random.key(0), (NUM_PARAMS,))
     q = p.at[jnp.array(BACK_ONLY)].set(1.0 - p[jnp.array(BACK_ONLY)])  # another ponytail colour and size
-    for yaw in (0.0, 0.4, -0.4):  # frontal and +-23 deg
-        a, ma = render_head(p, jnp.float32(yaw), jnp.float32(0.2), 16)
-        b, mb = render_head(q, jnp.float32(yaw), jnp.float32(0.2), 16)
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-        np.testing.assert_array_equal(np.asarray(ma), np.asarray(mb))
-    a, _ = render_head(p, jnp.float32(math.pi), jnp.float32(0.0), 16)
-    b, _ = render_head(q, jnp.float32(math.pi), jnp.float32(0.0), 16)
-    assert np.abs(np.asarray(a) - np.asarray(b)).max() > 0.2  # but it is seen from the back
+    yaws = jnp.array([0.0, 0.4, -0.4, math.pi])  # frontal, +-23 deg, back
+    params = jnp.stack([p] * 4 + [q] * 4)
+    rgb, mask = render_batch(params, jnp.tile(yaws, 2), jnp.full((8,), 0.2), res=16, chunk=8)
+    rgb, mask = np.asarray(rgb), np.asarray(mask)
+    np.testing.assert_array_equal(rgb[:3], rgb[4:7])
+    np.testing.assert_array_equal(mask[:3], mask[4:7])
+    assert np.abs(rgb[3] - rgb[7]).max() > 0.2  # but it is seen from the back
 
 
 def test_render_outputs_and_errors():
@@ -58,8 +57,8 @@ def test_render_outputs_and_errors():
     rgb, mask = np.asarray(rgb), np.asarray(mask)
     assert 0.15 < mask.mean() < 0.8 and mask.min() == 0.0 and mask.max() == 1.0
     assert np.all(rgb[mask == 0] == 0.0) and rgb.min() >= 0 and rgb.max() <= 1
-    one, _ = render_head(p[1], jnp.float32(0.0), jnp.float32(0.0), 16)
-    np.testing.assert_allclose(np.asarray(one), rgb[1], atol=1e-6)  # chunking is transparent
+    alone, _ = render_batch(p[2:], jnp.zeros(1), jnp.zeros(1), res=16, chunk=2)
+    np.testing.assert_array_equal(np.asarray(alone[0]), rgb[2])  # the padded last chunk is cut correctly
     with pytest.raises(ValueError, match=r"params of shape \(5,\): expected \(\.\.\., 16\)"):
         render_head(jnp.zeros(5), jnp.float32(0.0), jnp.float32(0.0), 8)
 
