@@ -44,10 +44,8 @@ PAPER = {  # UCF101 top-1 (%) from the method notes (two third-party notes agree
 
 def step_speed(config: configs.Config, steps: int = 10) -> dict:
     """Steps/s of one PredNext training step (both views, future clips, all heads) at the config's size."""
-    graphdef, init = train.make_model(config)
-    tx = train.make_optimizer(config)
-    state = train.init_state(config, init, tx, jax.random.key(0))
-    step = jax.jit(train.make_train_step(config, graphdef, tx), donate_argnums=0)
+    _, init_fn, _, step, _, _ = train.programs(train._shape_key(config))  # the benchmark's compiled step
+    state = init_fn(jax.random.key(0))
     c, b = config.data, config.train.batch_size
     rng = np.random.default_rng(0)
     batch = {"clip": rng.integers(0, 255, (b, c.clip_len + 2 * c.jitter, c.canvas, c.canvas), dtype=np.uint8),
@@ -69,6 +67,11 @@ def step_speed(config: configs.Config, steps: int = 10) -> dict:
 
 def fmt(s: dict, scale: float = 100.0, digits: int = 1) -> str:
     return f"{scale * s['mean']:.{digits}f} ± {scale * s['std']:.{digits}f}"
+
+
+def fmt_n(s: dict, scale: float = 100.0, digits: int = 1) -> str:
+    """mean ± std, with the number of seeds when it is not the full count."""
+    return fmt(s, scale, digits) + (f" (n={s['n']})" if s.get("n", 3) != 3 else "")
 
 
 def paired(runs: list[dict], base: str, a: str, b: str, metric: str, lower: bool = False) -> str:
@@ -129,13 +132,23 @@ def render_table(results: dict, claims: list[dict], speed: list[dict], scale: di
              "|---|---|---|---|---|---|---|---|"]
     for base, res in results.items():
         for v, st in res["variants"].items():
-            lines.append(f"| {base} | {v} | {fmt(st['probe_motion'])} | {fmt(st['probe_digit'])} | "
+            lines.append(f"| {base} | {v} | {fmt_n(st['probe_motion'])} | {fmt(st['probe_digit'])} | "
                          f"{fmt(st['inconsistency_z'], 1, 4)} | {fmt(st['inconsistency_f'], 1, 4)} | "
                          f"{fmt(st['disjoint_clip_cos_z'], 1, 3)} | {fmt(st['z_std'], 1, 4)} |")
     lines += ["", "| claim | held | evidence |", "|---|---|---|"]
     lines += [f"| {c['statement']} | **{'held' if c['held'] else 'not held'}** | {c['evidence']} |" for c in claims]
-    lines += ["", "Speed (one PredNext training step: two views + two future clips, T = 8, 32x32, batch 32, "
-              "2 shared CPU cores):", ""]
+    lines += ["", "Speed (train steps at T = 8, 32x32, batch 32 on 2 shared CPU cores; a PredNext step encodes two views "
+              "and two future clips, base and forced steps skip the future clips):", ""]
+    for base, res in results.items():
+        if base == "init":
+            continue
+        for v in res["variants"]:
+            t = [r["step_seconds_median"] for r in res["runs"] if r["variant"] == v and "step_seconds_median" in r]
+            if t:
+                lines.append(f"- {base} / {v} step ({'/'.join(map(str, scale['channels']))} channels, first-conv "
+                             f"stride {scale['stem_stride']}), median over the benchmark's runs: "
+                             f"{1 / np.median(t):.2f} steps/s ({np.median(t):.2f} s/step, wall time while the machine was "
+                             "shared: load average 11-15, up to 3 benchmark processes)")
     lines += [f"- channels {'/'.join(map(str, s['channels']))}, first-conv stride {s['stem_stride']}: "
               f"{s['steps_per_s']:.2f} steps/s ({s['step_seconds']:.2f} s/step, compile {s['compile_seconds']:.0f} s, "
               f"load average {s['load_average']:.1f})" for s in speed]
@@ -169,6 +182,9 @@ def main(argv=None):
     p.add_argument("--n-train", type=int, default=1024)
     p.add_argument("--n-test", type=int, default=512)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--speed-stride1", action="store_true", help="also time the first conv at stride 1 (slow compile)")
+    p.add_argument("--train-seeds", type=int, nargs="+", default=None,
+                   help="train only these seeds (e.g. to run seeds in parallel processes); default: all")
     p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "prednext_bench_runs.jsonl"),
                    help="finished runs (one JSON per line); a restarted benchmark with the same scale skips them")
     args = p.parse_args(argv)
@@ -183,8 +199,13 @@ def main(argv=None):
              "issue_scale": "~1k steps per run (notes); reduced to fit the shared 2-core machine"}
     cache = pathlib.Path(args.cache)
     key = json.dumps(scale, sort_keys=True)
+
+    def same_scale(r: dict) -> bool:  # the number of seeds is not part of a run's identity
+        other = json.loads(r.get("scale", "{}"))
+        return {k: v for k, v in other.items() if k != "seeds"} == {k: v for k, v in scale.items() if k != "seeds"}
+
     rows = [r for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip())
-            if r.get("scale") == key] if cache.exists() else []
+            if same_scale(r) and r["seed"] < args.seeds] if cache.exists() else []
     for r in rows:
         r["cached"] = True
     done = {(r["base"], r["variant"], r["seed"]) for r in rows}
@@ -210,7 +231,13 @@ def main(argv=None):
         save()
 
     # seed-major order: whatever has finished at any time is a complete comparison for its seeds
-    for seed in range(args.seeds):
+    def finished_elsewhere(run: tuple) -> bool:  # another process may have appended it to the cache
+        if not cache.exists():
+            return False
+        return any(same_scale(r) and (r["base"], r["variant"], r["seed"]) == run
+                   for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip()))
+
+    for seed in (args.train_seeds if args.train_seeds is not None else range(args.seeds)):
         for base in args.bases:
             cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base),
                                       train=dataclasses.replace(cfg0.train, seed=seed))
@@ -221,7 +248,7 @@ def main(argv=None):
                 record({"base": "none", "variant": "random_init", "seed": seed, **e, "seconds": time.time() - t})
                 done.add(("none", "random_init", seed))
             for variant in args.variants:
-                if (base, variant, seed) in done:
+                if (base, variant, seed) in done or finished_elsewhere((base, variant, seed)):
                     continue
                 t = time.time()
                 state, history, step_times = train.train_run(cfg, variant, 0, data)
@@ -247,10 +274,10 @@ def main(argv=None):
                                   title=f"{base}: temporal inconsistency (lower = more consistent)",
                                   ylabel="E_consistency")))
     if not args.no_speed:
-        small = dataclasses.replace(cfg0, train=dataclasses.replace(cfg0.train, steps=10))
-        speed.append(step_speed(small))
-        full = dataclasses.replace(small, model=dataclasses.replace(small.model, stem_stride=1))
-        speed.append(step_speed(full))
+        speed.append(step_speed(cfg0))
+        if args.speed_stride1:
+            full = dataclasses.replace(cfg0, model=dataclasses.replace(cfg0.model, stem_stride=1))
+            speed.append(step_speed(full))
         print("[prednext] speed", speed, flush=True)
     results, claims, wall = save(final=True)
     write_readme_table(render_table(results, claims, speed, scale, wall))

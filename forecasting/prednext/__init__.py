@@ -11,8 +11,10 @@ EXPERIMENT = Experiment(
     title="Explicit cross-view temporal prediction for unsupervised learning in spiking neural networks (PredNext)",
     presets=PRESETS,
     run=run,
-    runtimes={"tiny": "~30 s on 2 CPU cores", "demo": "~1-2 min on 2 CPU cores",
-              "bench_simsiam": "~15 min on 2 CPU cores", "bench_simclr": "~15 min on 2 CPU cores",
+    runtimes={"tiny": "~40 s wall (compile-bound) on the shared 2-core machine",
+              "demo": "~3 min wall on the shared 2-core machine (compile ~1-2 min)",
+              "bench_simsiam": "~25 min on 2 CPU cores (9 runs x 150 steps)",
+              "bench_simclr": "~25 min on 2 CPU cores (9 runs x 150 steps)",
               "ucf101": "GPU; needs the user's UCF101 frames and split files"},
 )
 

@@ -151,18 +151,20 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """About a minute on 2 CPU cores: SimSiam base vs + PredNext vs + forced consistency, 1 seed, 150 steps,
-    channels 8/16/32 at T = 8 on 32x32 moving digits; writes metrics.json and plots.
+    """A couple of minutes on 2 CPU cores: SimSiam base vs + PredNext, 1 seed, 80 steps, channels 8/16/32 at
+    T = 8 on 32x32 moving digits; writes metrics.json and plots (probe accuracies well above the 12.5 % /
+    10 % chance levels; the comparison needs the benchmark's seeds).
 
     `iclr26 run prednext --preset demo --workdir /tmp/pn`."""
     return Config(
         data=VideoConfig(n_train=256, n_test=256),
         model=ModelConfig(channels=(8, 16, 32), stem_stride=2, proj_hidden=128, proj_dim=64, head_hidden=64),
-        train=TrainConfig(batch_size=32, steps=150, warmup=15, log_every=25, eval_clips=1),
+        train=TrainConfig(batch_size=32, steps=80, warmup=8, log_every=20, eval_clips=1, probe_steps=200),
+        variants=("base", "prednext"),
     )
 
 
-def bench(base: str, steps: int = 200, seeds: int = 3) -> Config:
+def bench(base: str, steps: int = 150, seeds: int = 3) -> Config:
     """The benchmark's setting (benchmarks/prednext.py): the notes' small-scale model (16/32/64, T = 8, 32x32),
     batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds vmapped together."""
     return Config(

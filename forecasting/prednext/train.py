@@ -276,7 +276,7 @@ def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict) -
 # ---------------------------------------------------------------- the experiment
 
 
-def calibrated_init(config: Config, seed: int, data: dict, batches: int = 20) -> SSLState:
+def calibrated_init(config: Config, seed: int, data: dict, batches: int = 100) -> SSLState:
     """The untrained network of `seed` with its BN running statistics estimated on `batches` training
     batches (no parameter update): the "no pretraining" reference of the probes."""
     _, init, _, _, _, calibrate = programs(_shape_key(config))
@@ -305,7 +305,7 @@ def train_run(config: Config, variant: str, seed: int, data: dict, *, progress_b
                           seed=config.train.seed + seed)
     state = init(jax.random.key(config.train.seed + seed))
     history, step_times = [], []
-    bar = progress(range(config.train.steps), desc=f"prednext {config.loss.base}/{variant}/seed{seed}",
+    bar = progress(range(config.train.steps), desc=f"prednext {config.loss.base}/{variant}/seed{config.train.seed + seed}",
                    disable=not progress_bar)
     for i in bar:
         item = next(sampler)
@@ -361,7 +361,8 @@ def summarize(per_run: list[dict]) -> dict:
     out = {}
     for v in dict.fromkeys(r["variant"] for r in per_run):
         rows = [r for r in per_run if r["variant"] == v]
-        keys = [k for k in rows[0] if k not in ("base", "variant", "seed")]
+        keys = [k for k, x in rows[0].items() if k not in ("base", "variant", "seed")
+                and isinstance(x, (int, float)) and not isinstance(x, bool)]
         out[v] = {k: {"mean": float(np.mean([r[k] for r in rows])), "std": float(np.std([r[k] for r in rows])),
                       "n": len(rows)} for k in keys}
     return out
