@@ -63,10 +63,12 @@ def test_sharded_step_equals_single_device():
 
 def test_arm_switches():
     cfg = configs.tiny()
-    np.testing.assert_array_equal(train.arm_switches(cfg, "camera/imbalanced"), [1, 0, 1, 0, cfg.train.gpc_prob, 0])
+    f32 = lambda *v: np.array(v, np.float32)
+    np.testing.assert_array_equal(train.arm_switches(cfg, "camera/imbalanced"), f32(1, 0, 1, 0, cfg.train.gpc_prob, 0))
     np.testing.assert_array_equal(train.arm_switches(cfg, "semantic/balanced+vicico"),
-                                  [0, 1, 1, 1, 0, cfg.train.vicico_weight])
-    np.testing.assert_array_equal(train.arm_switches(cfg, "camera_semantic/balanced"), [1, 1, 1, 1, cfg.train.gpc_prob, 0])
+                                  f32(0, 1, 1, 1, 0, cfg.train.vicico_weight))
+    np.testing.assert_array_equal(train.arm_switches(cfg, "camera_semantic/balanced"),
+                                  f32(1, 1, 1, 1, cfg.train.gpc_prob, 0))
 
 
 def test_presets_and_config_errors():
