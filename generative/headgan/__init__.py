@@ -11,7 +11,9 @@ EXPERIMENT = Experiment(
     title="Condition Matters in Full-head 3D GANs (BalanceHead): semantic vs camera conditioning, ViCiCo",
     presets=PRESETS,
     run=run,
-    runtimes={"tiny": "measured below", "demo": "measured below", "bench": "see benchmarks/headgan.py",
+    runtimes={"tiny": "~6 min wall on the shared 2-core machine at load ~13 (the smoke test); about 1 min idle",
+              "demo": "a few minutes on 2 shared CPU cores (16 px, 2 arms, 80 steps)",
+              "bench": "~30 min wall on the shared 2-core machine at load ~13 (benchmarks/headgan.py)",
               "paper": "GPU"},
 )
 
