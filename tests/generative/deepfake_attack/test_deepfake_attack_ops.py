@@ -1,5 +1,6 @@
 """Image operators against scipy references (blur, median, block DCT) and their defining properties."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -55,6 +56,12 @@ def test_spectrum_normalize_whitens_by_profile():
     # with a flat profile it is a standardisation of the image itself
     z = (x - x.mean(axis=(1, 2, 3), keepdims=True)) / x.std(axis=(1, 2, 3), keepdims=True)
     np.testing.assert_allclose(y, z, atol=1e-3)
+
+
+def test_nearest_repeat_equals_jax_image_resize():
+    x = jnp.asarray(_images(2, 7))
+    np.testing.assert_array_equal(np.asarray(ops.resize(x, 14, "nearest")),
+                                  np.asarray(jax.image.resize(x, (2, 14, 14, 1), "nearest")))
 
 
 def test_quantize8_and_errors():
