@@ -77,8 +77,9 @@ def fmt_n(s: dict, scale: float = 100.0, digits: int = 1) -> str:
 def paired(runs: list[dict], base: str, a: str, b: str, metric: str, lower: bool = False) -> str:
     ra = {r["seed"]: r[metric] for r in runs if r["base"] == base and r["variant"] == a}
     rb = {r["seed"]: r[metric] for r in runs if r["base"] == base and r["variant"] == b}
-    wins = sum((ra[s] < rb[s]) if lower else (ra[s] > rb[s]) for s in ra)
-    return f"{wins}/{len(ra)} seeds"
+    common = sorted(set(ra) & set(rb))
+    wins = sum((ra[s] < rb[s]) if lower else (ra[s] > rb[s]) for s in common)
+    return f"{wins}/{len(common)} paired seeds"
 
 
 def make_claims(results: dict) -> list[dict]:
@@ -147,8 +148,9 @@ def render_table(results: dict, claims: list[dict], speed: list[dict], scale: di
             if t:
                 lines.append(f"- {base} / {v} step ({'/'.join(map(str, scale['channels']))} channels, first-conv "
                              f"stride {scale['stem_stride']}), median over the benchmark's runs: "
-                             f"{1 / np.median(t):.2f} steps/s ({np.median(t):.2f} s/step, wall time while the machine was "
-                             "shared: load average 11-15, up to 3 benchmark processes)")
+                             f"{1 / np.median(t):.2f} steps/s ({np.median(t):.2f} s/step), fastest run "
+                             f"{1 / np.min(t):.2f} steps/s (wall time while the machine was shared: load average "
+                             "11-15, up to 4 benchmark processes)")
     lines += [f"- channels {'/'.join(map(str, s['channels']))}, first-conv stride {s['stem_stride']}: "
               f"{s['steps_per_s']:.2f} steps/s ({s['step_seconds']:.2f} s/step, compile {s['compile_seconds']:.0f} s, "
               f"load average {s['load_average']:.1f})" for s in speed]
@@ -182,6 +184,8 @@ def main(argv=None):
     p.add_argument("--n-train", type=int, default=1024)
     p.add_argument("--n-test", type=int, default=512)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--render-only", action="store_true",
+                   help="train nothing: write the JSON, plots and README table from the cached runs")
     p.add_argument("--speed-stride1", action="store_true", help="also time the first conv at stride 1 (slow compile)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None,
                    help="train only these seeds (e.g. to run seeds in parallel processes); default: all")
@@ -192,7 +196,7 @@ def main(argv=None):
     cfg0 = configs.bench(args.bases[0], steps=args.steps, seeds=1)
     cfg0 = dataclasses.replace(cfg0, variants=tuple(args.variants),
                                data=dataclasses.replace(cfg0.data, n_train=args.n_train, n_test=args.n_test))
-    data = make_datasets(cfg0.data)
+    data = None if args.render_only else make_datasets(cfg0.data)
     scale = {"n_train": args.n_train, "n_test": args.n_test, "steps": args.steps, "batch": cfg0.train.batch_size,
              "seeds": args.seeds, "eval_clips": cfg0.train.eval_clips, "proj_dim": cfg0.model.proj_dim,
              "channels": list(cfg0.model.channels), "stem_stride": cfg0.model.stem_stride,
@@ -237,7 +241,8 @@ def main(argv=None):
         return any(same_scale(r) and (r["base"], r["variant"], r["seed"]) == run
                    for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip()))
 
-    for seed in (args.train_seeds if args.train_seeds is not None else range(args.seeds)):
+    train_seeds = args.train_seeds if args.train_seeds is not None else range(args.seeds)
+    for seed in ([] if args.render_only else train_seeds):
         for base in args.bases:
             cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base),
                                       train=dataclasses.replace(cfg0.train, seed=seed))
