@@ -126,8 +126,9 @@ def render_table(results: dict, claims: list[dict], speed: list[dict], scale: di
              f"{scale['n_test']} test videos, {scale['steps']} pretraining steps at batch {scale['batch']}, "
              f"{scale['seeds']} seeds; mean ± std over seeds. Probe: linear softmax on frozen, time- and "
              f"{scale['eval_clips']}-clip-averaged backbone spike rates (top-1 %). E_cons.: temporal "
-             "inconsistency of the per-step features z (lower = more consistent). Wall "
-             f"{wall:.0f} s.", "",
+             "inconsistency of the per-step features z (lower = more consistent). Run time "
+             f"{wall:.0f} s summed over runs (trained in up to 4 parallel processes; the committed run took 58 min "
+             "of wall time).", "",
              "| base | variant | motion probe ↑ | digit probe ↑ | E_cons. (z) ↓ | E_cons. (backbone) ↓ | "
              "cos(disjoint clips) | feature std (1/√d = " + f"{1 / np.sqrt(scale['proj_dim']):.3f}) |",
              "|---|---|---|---|---|---|---|---|"]
