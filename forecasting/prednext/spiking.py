@@ -53,48 +53,32 @@ def surrogate_grad(x: jax.Array, surrogate: str, alpha: float) -> jax.Array:
     raise ValueError(f"surrogate={surrogate!r}: expected one of {SURROGATES}")
 
 
-@jax.custom_vjp
-def _spike_sigmoid(x, alpha):
-    return (x >= 0).astype(x.dtype)
+def _heaviside_with_surrogate(surrogate: str):
+    """Θ(x) whose backward pass is `surrogate_grad(x, surrogate, alpha)`; `alpha` gets no gradient."""
+
+    @jax.custom_vjp
+    def heaviside(x, alpha):
+        return (x >= 0).astype(x.dtype)
+
+    def forward(x, alpha):
+        return heaviside(x, alpha), (x, alpha)
+
+    def backward(res, g):
+        x, alpha = res
+        return g * surrogate_grad(x, surrogate, alpha), jnp.zeros_like(alpha)
+
+    heaviside.defvjp(forward, backward)
+    return heaviside
 
 
-def _sig_fwd(x, alpha):
-    return _spike_sigmoid(x, alpha), (x, alpha)
-
-
-def _sig_bwd(res, g):
-    x, alpha = res
-    return g * surrogate_grad(x, "sigmoid", alpha), jnp.zeros_like(alpha)
-
-
-_spike_sigmoid.defvjp(_sig_fwd, _sig_bwd)
-
-
-@jax.custom_vjp
-def _spike_atan(x, alpha):
-    return (x >= 0).astype(x.dtype)
-
-
-def _atan_fwd(x, alpha):
-    return _spike_atan(x, alpha), (x, alpha)
-
-
-def _atan_bwd(res, g):
-    x, alpha = res
-    return g * surrogate_grad(x, "atan", alpha), jnp.zeros_like(alpha)
-
-
-_spike_atan.defvjp(_atan_fwd, _atan_bwd)
+_SPIKE_FNS = {name: _heaviside_with_surrogate(name) for name in SURROGATES}
 
 
 def spike(x: jax.Array, surrogate: str = "sigmoid", alpha: float = 4.0) -> jax.Array:
     """Θ(x) forward (1 where x >= 0), surrogate gradient backward. `alpha` is a constant (no gradient)."""
-    alpha = jnp.asarray(alpha, x.dtype)
-    if surrogate == "sigmoid":
-        return _spike_sigmoid(x, alpha)
-    if surrogate == "atan":
-        return _spike_atan(x, alpha)
-    raise ValueError(f"surrogate={surrogate!r}: expected one of {SURROGATES}")
+    if surrogate not in _SPIKE_FNS:
+        raise ValueError(f"surrogate={surrogate!r}: expected one of {SURROGATES}")
+    return _SPIKE_FNS[surrogate](x, jnp.asarray(alpha, x.dtype))
 
 
 # ---------------------------------------------------------------- the neuron recurrence
