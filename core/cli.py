@@ -150,10 +150,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     experiments = _experiments()
-    methods = [e for e in experiments.values() if e.paper is not None]
+    methods = [e for e in experiments.values() if e.paper is not None and e.in_demo]
+    skipped = [e.name for e in experiments.values() if e.paper is not None and not e.in_demo]
     if args.only:
-        methods = [experiments[n] if n in experiments else _unknown(n) for n in args.only]
+        methods, skipped = [experiments[n] if n in experiments else _unknown(n) for n in args.only], []
     note = ""
+    if skipped:
+        print(f"Not in the combined demo (too long; run `iclr26 demo --only NAME`): {', '.join(skipped)}\n")
     if not methods:
         methods = [experiments["regression"]]
         note = ("No paper's method has landed yet: the demo runs the built-in regression example, which "

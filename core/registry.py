@@ -30,6 +30,9 @@ class Experiment:
     run: Callable[[Any, pathlib.Path], Mapping[str, Any]]
     demo_preset: str = "demo"
     runtimes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # False keeps a method whose demo is far longer than the others' out of `iclr26 demo` (which names it
+    # and how to run it); `iclr26 demo --only NAME` and `iclr26 run NAME` still run it.
+    in_demo: bool = True
 
     def __post_init__(self):
         if not self.presets:

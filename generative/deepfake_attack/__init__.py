@@ -19,6 +19,7 @@ EXPERIMENT = Experiment(
     runtimes={"tiny": "> 20 min at load ~13 on 2 shared cores (compiles dominate; not measured idle)",
               "demo": "not measured idle; > 40 min at load ~15 (the committed benchmark used it)",
               "bench": "not run (machine overloaded)", "paper": "hours on CPU"},
+    in_demo=False,  # six generators + four attributors + attacks: far longer than the combined demo's others
 )
 
 __all__ = ["EXPERIMENT", "Config", "PRESETS", "run", "train_and_evaluate"]

@@ -126,3 +126,21 @@ def test_demo_prints_the_summary_table_and_writes_the_report(capsys, tmp_path, m
     assert "regression  -      tiny" in out and "eval_mse=" in out
     report = (tmp_path / "report.md").read_text()
     assert "| regression | - | tiny |" in report and "![loss](regression/loss.png)" in report
+
+
+def test_demo_leaves_out_methods_marked_not_in_demo_and_names_them(capsys, tmp_path, monkeypatch):
+    import dataclasses
+
+    from core import registry
+    regression = registry.experiments()["regression"]
+
+    def must_not_run(config, workdir):
+        raise AssertionError("a method with in_demo=False ran in the combined demo")
+
+    fast = dataclasses.replace(regression, name="fast", paper=1, demo_preset="tiny")
+    slow = dataclasses.replace(regression, name="slowpoke", paper=2, run=must_not_run, in_demo=False)
+    monkeypatch.setattr(registry, "experiments", lambda: {"fast": fast, "slowpoke": slow})
+    code, out, _ = _run_cli(capsys, "demo", "--workdir", str(tmp_path))
+    assert code == 0
+    assert "Not in the combined demo (too long; run `iclr26 demo --only NAME`): slowpoke" in out
+    assert "fast" in (tmp_path / "report.md").read_text() and "slowpoke" not in (tmp_path / "report.md").read_text()
