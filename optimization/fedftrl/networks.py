@@ -1,8 +1,9 @@
 """Communication networks and doubly stochastic gossip matrices (numpy, computed once per experiment).
 
 Graphs: complete, ring, sqrt(V) x sqrt(V) grid, random geometric graph (RGG, unit square, radius r).
-Gossip: the max-degree rule P = I - (Deg - A) / (d_max + 1) and Metropolis-Hastings weights.  The SDP
-optimum (fastest-mixing chain) needs cvxpy and is not implemented (see README).
+Gossip: the max-degree rule P = I - (Deg - A) / (d_max + 1), Metropolis-Hastings weights, and the
+fastest-mixing symmetric chain (Boyd, Diaconis & Xiao 2004), found without an SDP solver by their projected
+subgradient method on the edge weights.
 Spectral quantities are computed: sigma_2(P) from an SVD, the diameter D by breadth-first search, and the
 paper's topology delay C^P_t = min(log(V t), sqrt V) / (1 - sigma_2) + 2 + D.
 """
@@ -16,7 +17,7 @@ import numpy as np
 from scipy.sparse import csgraph
 
 TOPOLOGIES = ("complete", "ring", "grid", "rgg")
-GOSSIP_RULES = ("max_degree", "metropolis")
+GOSSIP_RULES = ("max_degree", "metropolis", "fastest")
 
 
 def complete_graph(V: int) -> np.ndarray:
@@ -127,11 +128,64 @@ def metropolis_gossip(A: np.ndarray) -> np.ndarray:
     return P
 
 
+def fastest_mixing_gossip(A: np.ndarray, *, iters: int = 2000, tol: float = 1e-9) -> np.ndarray:
+    """Fastest-mixing symmetric chain (Boyd, Diaconis & Xiao 2004, Sec. 5), numpy only (no cvxpy).
+
+    P = I - sum_e w_e (e_i - e_j)(e_i - e_j)^T over edges e = (i, j), so P is symmetric with unit row sums;
+    projected subgradient descent on the SLEM max(lambda_2, -lambda_n) over {w >= 0, sum of w at each node <= 1},
+    from the max-degree weights, steps 1 / ((d_max + 1) sqrt(k)), keeping the best iterate.  The subgradient
+    averages over all eigenvectors within tol of the SLEM, which is basis-independent on repeated eigenvalues
+    (rings, grids) and vanishes at optima such as 11^T / V.  Stops early when the SLEM or the subgradient < tol.
+    """
+    A = _check_adjacency(A)
+    if not is_connected(A):
+        raise ValueError(f"graph with V={len(A)} is disconnected; no gossip matrix mixes, expected a connected graph")
+    V = len(A)
+    i, j = np.nonzero(np.triu(A, 1))
+    if len(i) == 0:
+        return np.eye(V)
+    step = 1.0 / (A.sum(1).max() + 1.0)
+    w = np.full(len(i), step)                           # the max-degree rule
+    best, best_w = np.inf, w
+    for k in range(1, iters + 1):
+        lam, U = np.linalg.eigh(_edge_gossip(w, i, j, V))   # ascending; lam[-1] = 1 (eigenvector 1 / sqrt V)
+        lam, dU = lam[:-1], U[i, :-1] - U[j, :-1]
+        slem = max(lam[-1], -lam[0])
+        if slem < best:
+            best, best_w = slem, w
+        if slem < tol:
+            break
+        parts = [sign * (dU[:, act] ** 2).mean(1) for sign, act in ((-1, lam >= slem - tol), (1, -lam >= slem - tol))
+                 if act.any()]
+        g = np.mean(parts, axis=0)
+        norm = np.linalg.norm(g)
+        if norm < tol:
+            break
+        w = _project_weights(w - step / math.sqrt(k) * g / norm, i, j, V)
+    return _edge_gossip(best_w, i, j, V)
+
+
+def _edge_gossip(w: np.ndarray, i: np.ndarray, j: np.ndarray, V: int) -> np.ndarray:
+    P = np.zeros((V, V))
+    P[i, j] = P[j, i] = w
+    P[np.diag_indices(V)] = np.maximum(1.0 - P.sum(1), 0.0)   # clip rounding when a node's weights sum to 1
+    return P
+
+
+def _project_weights(w: np.ndarray, i: np.ndarray, j: np.ndarray, V: int) -> np.ndarray:
+    """Map onto {w >= 0, node sums <= 1}: clip at 0, then scale each edge by its endpoints' worst overflow."""
+    w = np.maximum(w, 0.0)
+    load = np.bincount(i, w, V) + np.bincount(j, w, V)
+    return w / np.maximum(1.0, np.maximum(load[i], load[j]))
+
+
 def gossip_matrix(A: np.ndarray, rule: str = "max_degree") -> np.ndarray:
     if rule == "max_degree":
         return max_degree_gossip(A)
     if rule == "metropolis":
         return metropolis_gossip(A)
+    if rule == "fastest":
+        return fastest_mixing_gossip(A)
     raise ValueError(f"unknown gossip rule {rule!r}, expected one of {GOSSIP_RULES}")
 
 
