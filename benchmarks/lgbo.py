@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pathlib
 import sys
 import time
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     problems = tuple(args.problems.split(","))
     config = dataclasses.replace(configs.paper(), problems=problems, seeds=args.seeds, seed_batch=args.seed_batch,
                                  iterations=args.iterations, n_candidates=args.candidates, fit_steps=args.fit_steps)
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), os.getloadavg()[0]
     rows = []
     for name in problems:
         problem = get_problem(name)
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{a}={ttt[i].mean():.2f}" for i, a in enumerate(config.arms)), flush=True)
         # written after every problem, so a run cut short still leaves its finished problems
         path = write_results(args.name, rows=rows, claims=make_claims(rows, config.arms),
-                             wall_seconds=time.perf_counter() - start, scale=scale(args, config, problems))
+                             wall_seconds=time.perf_counter() - start,
+                             scale=scale(args, config, problems, load_at_start))
     for c in make_claims(rows, config.arms):
         print(("HELD     " if c["held"] else "NOT HELD ") + c["id"] + ": " + c["evidence"])
     print(f"wrote {path}")
@@ -95,12 +97,13 @@ def render_readme() -> None:
     readme.write_text(render_text(readme.read_text(), load_all()))
 
 
-def scale(args, config, problems) -> dict:
+def scale(args, config, problems, load_at_start: float) -> dict:
     return {"problems": list(problems), "arms": list(config.arms), "seeds": args.seeds,
             "iterations": args.iterations, "n_init": config.n_init, "q": config.q, "n_grid": config.n_grid,
             "n_candidates": args.candidates, "fit_steps": args.fit_steps, "confidence": config.confidence,
             "box_e": config.box_e, "jitter": config.jitter,
-            "issue_scale": "20 seeds x 30 iterations", "machine": "2 CPU cores shared with ~20 other jobs"}
+            "issue_scale": "20 seeds x 30 iterations",
+            "machine": f"{os.cpu_count()} CPU cores, 1-min load average {load_at_start:.1f} at start"}
 
 
 def merge(args) -> int:

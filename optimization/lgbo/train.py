@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.plots import line_plot
-from core.train import write_metrics
+from core.train import progress as progress_bar, write_metrics
 from optimization import gp
 from optimization.lgbo import acquisition, model, oracles
 from optimization.lgbo.configs import ARMS, Config
@@ -112,25 +112,29 @@ def make_run(problem: Problem, config: Config):
 def run_problem(problem: Problem, config: Config, mesh=None) -> np.ndarray:
     """Best-so-far curves (arms, seeds, iterations + 1) in raw objective units.
 
-    Without a mesh the seeds run `seed_batch` at a time (lax.map over vmapped batches); with a mesh
-    (core.sharding.make_mesh) all seeds are vmapped and sharded over its "data" axis."""
+    Without a mesh the seeds run `seed_batch` at a time (one compiled vmapped batch, called once per batch
+    under a progress bar; the last batch is padded by repeating a key); with a mesh (core.sharding.make_mesh)
+    all seeds are vmapped and sharded over its "data" axis."""
     arms = jnp.asarray([ARMS.index(a) for a in config.arms])
     with jax.enable_x64(True):
         run = make_run(problem, config)
         keys = jax.random.split(jax.random.key(config.seed), config.seeds)
         per_seed = lambda k: jax.vmap(lambda a: run(k, a))(arms)  # (arms, T+1)
-        if mesh is None:
-            all_runs = jax.jit(lambda keys: jax.lax.map(per_seed, keys, batch_size=config.seed_batch))
-        else:
+        if mesh is not None:
             from core.sharding import batch_sharding
 
             if config.seeds % mesh.shape["data"]:
                 raise ValueError(f"seeds={config.seeds}: expected a multiple of the mesh's data axis "
                                  f"({mesh.shape['data']}) to shard seeds")
             keys = jax.device_put(keys, batch_sharding(mesh))
-            all_runs = jax.jit(jax.vmap(per_seed), out_shardings=batch_sharding(mesh))
-        curves = np.asarray(all_runs(keys))  # (seeds, arms, T+1)
-    return np.transpose(curves, (1, 0, 2))
+            curves = np.asarray(jax.jit(jax.vmap(per_seed), out_shardings=batch_sharding(mesh))(keys))
+        else:
+            size = min(config.seed_batch, config.seeds)
+            padded = jnp.concatenate([keys, jnp.repeat(keys[-1:], -config.seeds % size, axis=0)])
+            run_batch = jax.jit(jax.vmap(per_seed))
+            starts = progress_bar(range(0, len(padded), size), desc=f"lgbo {problem.name}", unit="seed batch")
+            curves = np.concatenate([np.asarray(run_batch(padded[i:i + size])) for i in starts])[:config.seeds]
+    return np.transpose(curves, (1, 0, 2))  # (arms, seeds, T+1)
 
 
 def iterations_to_target(progress: np.ndarray, target: float) -> np.ndarray:
