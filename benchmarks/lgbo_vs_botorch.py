@@ -15,6 +15,7 @@ excludes the one-off compile, which is reported separately. BoTorch: fit_gpytorc
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-steps", type=int, default=40)
     args = ap.parse_args(argv)
     ns = [int(v) for v in args.ns.split(",")]
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), os.getloadavg()[0]
     ours = make_ours(args.fit_steps)
     bt, torch = make_botorch()
     times, first = timing({"ours": ours, "botorch": bt}, ns, args.repeats)
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
                          scale={"ns": ns, "repeats": args.repeats, "seeds": args.seeds,
                                 "iterations": args.iterations, "candidates": N_CAND, "n_max": N_MAX,
                                 "fit_steps": args.fit_steps, "torch": torch.__version__,
-                                "machine": "2 CPU cores shared with other jobs: wall-clock times are noisy"},
+                                "machine": f"{os.cpu_count()} CPU cores, 1-min load average {load_at_start:.1f} at start"},
                          compile_seconds_ours=round(compile_ours, 2), first_call_seconds_botorch=round(first_bt, 2))
     print(f"wrote {path}")
     from lgbo import render_readme  # benchmarks/lgbo.py, beside this file
