@@ -15,10 +15,9 @@ EXPERIMENT = Experiment(
     title="Multiplicative attack on DeepFake attribution (our reconstruction), MNIST generator zoo",
     presets=PRESETS,
     run=run,
-    # measured only on the shared 2-core machine at load 12-17 (four other jobs): ~20 XLA compiles dominate
-    runtimes={"tiny": "> 20 min at load ~13 on 2 shared cores (compiles dominate; not measured idle)",
-              "demo": "not measured idle; > 40 min at load ~15 (the committed benchmark used it)",
-              "bench": "not run (machine overloaded)", "paper": "hours on CPU"},
+    # measured on the idle 2-core machine (2026-11-30); ~30 XLA compiles take about half of the demo
+    runtimes={"tiny": "not timed idle (the pipeline test runs it)", "demo": "5 min (first run, compiles included)",
+              "bench": "46 min (the committed benchmark)", "paper": "hours on CPU"},
     in_demo=False,  # six generators + four attributors + attacks: far longer than the combined demo's others
 )
 

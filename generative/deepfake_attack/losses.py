@@ -51,7 +51,7 @@ def apply_attack(x: jax.Array, f_out: jax.Array, mode: jax.Array | float, scale:
 
     additive (mode 0):       x' = x + s tanh(f(x))
     multiplicative (mode 1): x' = x * (1 + s tanh(f(x)))
-    mode is a number so both attacks share one compiled (and vmapped) program.
+    mode is a number so both attacks share one compiled program.
     """
     delta = scale * jnp.tanh(f_out)
     gain = mode * x + (1.0 - mode)

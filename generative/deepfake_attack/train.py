@@ -1,7 +1,7 @@
-"""Training of every model in the benchmark, each as one jitted `lax.scan`, and the whole pipeline `run`.
+"""Training of every model in the benchmark, each a Python loop over one jitted step, and the whole pipeline `run`.
 
 Pipeline: real pools -> generator zoo (6 families) with samples and FID -> 4 attribution models -> the
-attack U-Net trained on real images only (additive and multiplicative vmapped together) -> budgets matched
+attack U-Net trained on real images only (additive and multiplicative, one program each) -> budgets matched
 by PSNR -> references (white-box PGD, blur, DCT) -> defences (retraining, blur, DCT, denoising AE, spectrum
 normalisation) -> ASR / to-real / PSNR / SSIM tables, plots, metrics.json.
 """
@@ -36,26 +36,42 @@ UPSAMPLE = {"dcgan_transposed": "transposed", "dcgan_nearest": "nearest", "dcgan
 PSEUDO_FAMILIES = ("transposed", "nearest", "bilinear")
 
 
-# --------------------------------------------------------------------------------------------- generic scan
+# --------------------------------------------------------------------------------------------- training loops
 
-def scan_fit(loss_fn: Callable, tx: optax.GradientTransformation, params: Any, arrays: dict, key: jax.Array,
-             steps: int, batch_size: int) -> tuple[Any, jax.Array]:
-    """Train `loss_fn(params, batch, key)` for `steps` steps in one lax.scan (call it under jit).
+def run_steps(step: Callable, carry: Any, steps: int, *args: Any, desc: str | None = None) -> tuple[Any, Any]:
+    """`steps` calls of the jitted `step(carry, i, *args) -> (carry, out)`; returns (carry, outs stacked on axis 0).
 
-    Each step draws `batch_size` indices uniformly from the arrays with fold_in(key, step); the loss key is
-    core's fold_in(state.key, step). Returns (params, per-step losses)."""
-    step = make_train_step(loss_fn, tx, donate=False)
-    state = init_train_state(params, tx, key)
-    n = jax.tree.leaves(arrays)[0].shape[0]
-    data_key = jax.random.fold_in(key, 7)
+    A Python loop, not `lax.scan`: XLA:CPU runs convolutions inside a while-loop body about 10x slower than the
+    same step dispatched on its own (jax-ml/jax#12868; measured here on the attack step: 5.9 s vs 0.55 s), and
+    every model of this benchmark is convolutional. Steps are dispatched asynchronously, so the loop costs
+    little on any backend."""
+    outs = []
+    for i in progress(range(steps), desc=desc, disable=desc is None, leave=False):
+        carry, out = step(carry, jnp.int32(i), *args)
+        outs.append(out)
+    return carry, jax.tree.map(lambda *o: np.stack(o), *jax.device_get(outs))
 
-    def body(state, _):
-        idx = jax.random.randint(jax.random.fold_in(data_key, state.step), (batch_size,), 0, n)
-        state, m = step(state, jax.tree.map(lambda a: a[idx], arrays))
+
+def make_fit(loss_fn: Callable, tx: optax.GradientTransformation, batch_size: int
+             ) -> Callable[..., tuple[Any, np.ndarray]]:
+    """fit(params, arrays, key, steps, desc=None) -> (params, per-step losses): train `loss_fn(params, batch,
+    key)` with one compiled step. Each step draws `batch_size` indices uniformly from the arrays with
+    fold_in(fold_in(key, 7), step); the loss key is core's fold_in(state.key, step)."""
+    train_step = make_train_step(loss_fn, tx, donate=False)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state, i, arrays, data_key):  # data as an argument, never a compile-time constant
+        n = jax.tree.leaves(arrays)[0].shape[0]
+        idx = jax.random.randint(jax.random.fold_in(data_key, i), (batch_size,), 0, n)
+        state, m = train_step(state, jax.tree.map(lambda a: a[idx], arrays))
         return state, m["loss"]
 
-    state, losses = jax.lax.scan(body, state, None, length=steps)
-    return state.params, losses
+    def fit(params, arrays, key, steps, desc=None):
+        state = init_train_state(jax.tree.map(jnp.array, params), tx, key)  # a copy: the step donates its state
+        state, losses = run_steps(step, state, steps, arrays, jax.random.fold_in(key, 7), desc=desc)
+        return state.params, losses
+
+    return fit
 
 
 # --------------------------------------------------------------------------------------------- generators
@@ -77,7 +93,8 @@ def build_generator(name: str, gen: GenConfig, size: int, key: jax.Array):
 
 
 def make_sampler(name: str, graphdef, gen: GenConfig, size: int) -> Callable[[Any, jax.Array, int], jax.Array]:
-    """sample(params, key, n) -> (n, size, size, 1) 8-bit-quantised images in [0, 1]; jitted, n static."""
+    """sample(params, key, n) -> (n, size, size, 1) 8-bit-quantised images in [0, 1]; jitted with n static
+    (the DDPM: a Python loop over its jitted denoising step)."""
     if name in UPSAMPLE:
         def sample(params, key, n):
             z = jax.random.normal(key, (n, gen.latent))
@@ -103,23 +120,26 @@ def make_sampler(name: str, graphdef, gen: GenConfig, size: int) -> Callable[[An
         ab = jnp.asarray(L.cosine_alpha_bar(gen.ddpm_timesteps))
         ab_prev = jnp.concatenate([jnp.ones(1), ab[:-1]])
 
+        @jax.jit
+        def denoise(x, i, params, key):  # one ancestral step; a Python loop over it (see `run_steps`)
+            t = gen.ddpm_timesteps - 1 - i
+            eps = apply(graphdef, params, x, jnp.full((x.shape[0],), t))
+            a_t, a_prev = ab[t], ab_prev[t]
+            beta = 1.0 - a_t / a_prev
+            x0 = jnp.clip((x - jnp.sqrt(1 - a_t) * eps) / jnp.sqrt(a_t), -1.0, 1.0)
+            mean = (jnp.sqrt(a_prev) * beta / (1 - a_t)) * x0 + (jnp.sqrt(1 - beta) * (1 - a_prev) / (1 - a_t)) * x
+            var = beta * (1 - a_prev) / (1 - a_t)
+            z = jax.random.normal(jax.random.fold_in(key, i), x.shape)
+            return mean + jnp.where(t > 0, jnp.sqrt(var), 0.0) * z
+
         def sample(params, key, n):
             k0, key = jax.random.split(key)
             x = jax.random.normal(k0, (n, size, size, 1))
-
-            def body(i, x):
-                t = gen.ddpm_timesteps - 1 - i
-                eps = apply(graphdef, params, x, jnp.full((n,), t))
-                a_t, a_prev = ab[t], ab_prev[t]
-                beta = 1.0 - a_t / a_prev
-                x0 = jnp.clip((x - jnp.sqrt(1 - a_t) * eps) / jnp.sqrt(a_t), -1.0, 1.0)
-                mean = (jnp.sqrt(a_prev) * beta / (1 - a_t)) * x0 + (jnp.sqrt(1 - beta) * (1 - a_prev) / (1 - a_t)) * x
-                var = beta * (1 - a_prev) / (1 - a_t)
-                z = jax.random.normal(jax.random.fold_in(key, i), x.shape)
-                return mean + jnp.where(t > 0, jnp.sqrt(var), 0.0) * z
-
-            x = jax.lax.fori_loop(0, gen.ddpm_timesteps, body, x)
+            for i in range(gen.ddpm_timesteps):
+                x = denoise(x, jnp.int32(i), params, key)
             return (x + 1.0) / 2.0
+
+        return lambda params, key, n: ops.quantize8(sample(params, key, n))
     else:
         raise ValueError(f"generator {name!r}: expected one of {GENERATORS}")
 
@@ -164,8 +184,7 @@ def train_generator(name: str, gen: GenConfig, x: np.ndarray, key: jax.Array):
             xt = jnp.sqrt(a) * x0 + jnp.sqrt(1 - a) * eps
             return L.ddpm_loss(apply(graphdef, p, xt, t), eps), {}
         steps = gen.ddpm_steps
-    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(gen.lr)), static_argnums=(3, 4))
-    params, losses = fit(params, arrays, k_train, steps, gen.batch_size)
+    params, losses = make_fit(loss_fn, optax.adam(gen.lr), gen.batch_size)(params, arrays, k_train, steps, desc=name)
     return graphdef, params, losses
 
 
@@ -174,33 +193,30 @@ def _train_gan(graphdef, params, gen: GenConfig, arrays: dict, key: jax.Array):
     tx = optax.adam(gen.lr_gan, b1=0.5)
     n = arrays["image"].shape[0]
 
-    @jax.jit
-    def fit(params, key, images):  # data as an argument, never a compile-time constant
-        def body(carry, step):
-            p, og, od = carry
-            kz, ki = jax.random.split(jax.random.fold_in(key, step))
-            real = images[jax.random.randint(ki, (gen.batch_size,), 0, n)]
-            z = jax.random.normal(kz, (gen.batch_size, gen.latent))
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(carry, i, key, images):  # data as an argument, never a compile-time constant
+        p, og, od = carry
+        kz, ki = jax.random.split(jax.random.fold_in(key, i))
+        real = images[jax.random.randint(ki, (gen.batch_size,), 0, n)]
+        z = jax.random.normal(kz, (gen.batch_size, gen.latent))
 
-            def d_loss(pd):
-                fake = jax.lax.stop_gradient(apply(gd_g, p["g"], z))
-                return L.gan_losses(apply(gd_d, pd, real), apply(gd_d, pd, fake))[0]
+        def d_loss(pd):
+            fake = jax.lax.stop_gradient(apply(gd_g, p["g"], z))
+            return L.gan_losses(apply(gd_d, pd, real), apply(gd_d, pd, fake))[0]
 
-            def g_loss(pg):
-                return L.gan_losses(jnp.zeros(1), apply(gd_d, p["d"], apply(gd_g, pg, z)))[1]
+        def g_loss(pg):
+            return L.gan_losses(jnp.zeros(1), apply(gd_d, p["d"], apply(gd_g, pg, z)))[1]
 
-            ld, gd = jax.value_and_grad(d_loss)(p["d"])
-            lg, gg = jax.value_and_grad(g_loss)(p["g"])
-            ud, od = tx.update(gd, od, p["d"])
-            ug, og = tx.update(gg, og, p["g"])
-            p = {"g": optax.apply_updates(p["g"], ug), "d": optax.apply_updates(p["d"], ud)}
-            return (p, og, od), jnp.stack([ld, lg])
+        ld, gd = jax.value_and_grad(d_loss)(p["d"])
+        lg, gg = jax.value_and_grad(g_loss)(p["g"])
+        ud, od = tx.update(gd, od, p["d"])
+        ug, og = tx.update(gg, og, p["g"])
+        p = {"g": optax.apply_updates(p["g"], ug), "d": optax.apply_updates(p["d"], ud)}
+        return (p, og, od), jnp.stack([ld, lg])
 
-        (p, _, _), losses = jax.lax.scan(body, (params, tx.init(params["g"]), tx.init(params["d"])),
-                                         jnp.arange(gen.gan_steps))
-        return p, losses
-
-    return fit(params, key, arrays["image"])
+    carry = (params, tx.init(params["g"]), tx.init(params["d"]))
+    (p, _, _), losses = run_steps(step, carry, gen.gan_steps, key, arrays["image"], desc="gan")
+    return p, losses
 
 
 # --------------------------------------------------------------------------------------------- FID classifier
@@ -212,8 +228,8 @@ def train_digit_classifier(x: np.ndarray, y: np.ndarray, gen: GenConfig, key: ja
     def loss_fn(p, batch, k):
         return L.cross_entropy(apply(graphdef, p, batch["image"]), batch["label"]), {}
 
-    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(1e-3)), static_argnums=(3, 4))
-    params, _ = fit(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)}, key, gen.fid_steps, 64)
+    params, _ = make_fit(loss_fn, optax.adam(1e-3), 64)(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)},
+                                                         key, gen.fid_steps, desc="fid classifier")
     return graphdef, params
 
 
@@ -288,8 +304,7 @@ def am_optimizer(am: AMConfig) -> optax.GradientTransformation:
 def _am_fitter(am: AMConfig, size: int, classes: int):
     graphdefs, _ = _am_init(am, size, classes)
     loss_fn = make_am_loss(graphdefs, am)
-    fit = jax.jit(functools.partial(scan_fit, loss_fn, am_optimizer(am)), static_argnums=(3, 4))
-    return graphdefs, fit
+    return graphdefs, make_fit(loss_fn, am_optimizer(am), am.batch_size)
 
 
 def train_attributors(am: AMConfig, x: np.ndarray, y: np.ndarray, classes: int, key: jax.Array):
@@ -297,19 +312,22 @@ def train_attributors(am: AMConfig, x: np.ndarray, y: np.ndarray, classes: int, 
     graphdefs, fit = _am_fitter(am, x.shape[1], classes)
     _, params = build_attributors(am, x.shape[1], classes, key)
     params, losses = fit(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)},
-                         jax.random.fold_in(key, 99), am.steps, am.batch_size)
+                         jax.random.fold_in(key, 99), am.steps, desc="attribution models")
     return graphdefs, params, losses
 
 
 # --------------------------------------------------------------------------------------------- attack
 
 def build_pseudo_generators(attack: AttackConfig, key: jax.Array):
-    """K random, fixed pseudo-generators cycling through the three up-sampling families."""
-    out = []
-    for k in range(attack.pseudo_gms):
-        fam = PSEUDO_FAMILIES[k % len(PSEUDO_FAMILIES)]
-        out.append(init(lambda r, fam=fam: PseudoGenerator(8, fam, rngs=r), jax.random.fold_in(key, k)))
-    return out
+    """K random, fixed pseudo-generators cycling through the three up-sampling families: [(graphdef, params)],
+    initialised in one jitted program (one compile instead of K)."""
+    def ctor(rngs):
+        return [PseudoGenerator(8, PSEUDO_FAMILIES[k % len(PSEUDO_FAMILIES)], rngs=rngs)
+                for k in range(attack.pseudo_gms)]
+
+    graphdefs = [split(m)[0] for m in nnx.eval_shape(lambda: ctor(nnx.Rngs(0)))]
+    params = jax.jit(lambda k: [split(m)[1] for m in ctor(nnx.Rngs(params=k))])(key)
+    return list(zip(graphdefs, params))
 
 
 def pseudo_fakes(pseudo, x: jax.Array, which: jax.Array, beta: float) -> jax.Array:
@@ -368,30 +386,32 @@ def make_attack_step(attack: AttackConfig, graphdefs, n: int):
 
 
 def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array):
-    """Train the additive (mode 0) and multiplicative (mode 1) attacks together, vmapped over the mode, from
-    the same initialisation and the same real batches. Returns (graphdefs, stacked params, metrics (2, steps))."""
+    """Train the additive (mode 0) and multiplicative (mode 1) attacks from the same initialisation on the same
+    real batches: one compiled program, run once per mode (the mode is an argument). Vmapping over the mode
+    would batch the convolution weights, which XLA:CPU lowers to slow grouped convolutions.
+    Returns (graphdefs, params stacked over the mode, metrics (steps, 2))."""
     size = x_real.shape[1]
     k_init, k_pseudo, k_train = jax.random.split(key, 3)
     graphdefs, params = build_attack(attack, size, k_init)
     pseudo = build_pseudo_generators(attack, k_pseudo)
     init, step = make_attack_step(attack, graphdefs, x_real.shape[0])
-    modes = jnp.array([0.0, 1.0])
     pseudo_gds = [gd for gd, _ in pseudo]
 
-    @jax.jit
-    def fit(params, pseudo_params, x_real):  # data and pseudo-generators as arguments, not constants
-        carry = jax.vmap(lambda _: init(params))(modes)
-        ps = list(zip(pseudo_gds, pseudo_params))
+    @functools.partial(jax.jit, donate_argnums=0)
+    def body(carry, i, pseudo_params, x_real, mode):  # data, pseudo-generators, mode as arguments, not constants
+        return step(carry, jax.random.fold_in(k_train, i), mode, list(zip(pseudo_gds, pseudo_params)), x_real)
 
-        def body(carry, i):
-            k = jax.random.fold_in(k_train, i)
-            return jax.vmap(lambda c, m: step(c, k, m, ps, x_real))(carry, modes)
-
-        carry, hist = jax.lax.scan(body, carry, jnp.arange(attack.steps))
+    def fit(mode):
+        carry = init(jax.tree.map(jnp.array, params))  # a copy: the step donates its carry, both modes start here
+        carry, hist = run_steps(body, carry, attack.steps, pseudo_params, x_real, jnp.float32(mode),
+                                desc=("additive", "multiplicative")[int(mode)] + " attack")
         return carry[0], hist
 
-    stacked, hist = fit(params, [p for _, p in pseudo], jnp.asarray(x_real))
-    return graphdefs, stacked, hist
+    pseudo_params, x_real = [p for _, p in pseudo], jnp.asarray(x_real)
+    runs = [fit(mode) for mode in (0.0, 1.0)]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[trained for trained, _ in runs])
+    hist = jax.tree.map(lambda *a: np.stack(a, axis=1), *[h for _, h in runs])  # (steps, mode)
+    return graphdefs, jax.block_until_ready(stacked), hist
 
 
 def attack_outputs(graphdefs, stacked_params, x: np.ndarray, batch: int) -> np.ndarray:
@@ -402,7 +422,10 @@ def attack_outputs(graphdefs, stacked_params, x: np.ndarray, batch: int) -> np.n
 
 @functools.cache
 def _attack_fn(graphdef):
-    return jax.jit(lambda pf, xb: jnp.tanh(jax.vmap(lambda p: apply(graphdef, p, xb))(pf)))
+    def both(pf, xb):  # unrolled over the two modes, not vmapped (batched conv weights are slow on CPU)
+        return jnp.stack([jnp.tanh(apply(graphdef, jax.tree.map(lambda a: a[m], pf), xb)) for m in range(2)])
+
+    return jax.jit(both)
 
 
 def calibrate_scale(x: np.ndarray, t: np.ndarray, mode: float, target_psnr: float, iters: int = 40) -> float:
@@ -425,23 +448,29 @@ def calibrate_scale(x: np.ndarray, t: np.ndarray, mode: float, target_psnr: floa
     return float(np.exp(0.5 * (lo + hi)))
 
 
-def pgd_l2(logits_fn: Callable, x: jax.Array, labels: jax.Array, radius: float, steps: int) -> jax.Array:
+def pgd_l2(logits_fn: Callable, x: jax.Array, labels: jax.Array, radius: float, steps: int,
+           step_fn: Callable | None = None) -> jax.Array:
     """White-box L2 PGD (untargeted): maximise CE(logits_fn(x'), label) over ||x' - x||_2 <= radius, x' in [0, 1].
 
-    radius = S * 10^(-PSNR/20) puts an image on the boundary at exactly the target PSNR."""
+    radius = S * 10^(-PSNR/20) puts an image on the boundary at exactly the target PSNR. A Python loop over
+    `step_fn(xa, x, labels, radius, step_size)` (default: `pgd_l2_step` on logits_fn; callers pass a jitted one),
+    not a fori_loop, for the reason in `run_steps`."""
+    step_fn = step_fn or functools.partial(pgd_l2_step, logits_fn)
     step_size = 2.5 * radius / steps
+    xa = x
+    for _ in range(steps):
+        xa = step_fn(xa, x, labels, radius, step_size)
+    return xa
 
-    def loss(xa):
-        return L.cross_entropy(logits_fn(xa), labels) * xa.shape[0]
 
-    def body(_, xa):
-        g = jax.grad(loss)(xa)
-        g = g / (jnp.sqrt(jnp.sum(g**2, axis=(1, 2, 3), keepdims=True)) + 1e-12)
-        d = xa + step_size * g - x
-        d = d * jnp.minimum(1.0, radius / (jnp.sqrt(jnp.sum(d**2, axis=(1, 2, 3), keepdims=True)) + 1e-12))
-        return jnp.clip(x + d, 0.0, 1.0)
-
-    return jax.lax.fori_loop(0, steps, body, x)
+def pgd_l2_step(logits_fn: Callable, xa: jax.Array, x: jax.Array, labels: jax.Array, radius: float,
+                step_size: float) -> jax.Array:
+    """One normalised-gradient ascent step on CE, projected onto the L2 ball around x and onto [0, 1]."""
+    g = jax.grad(lambda xb: L.cross_entropy(logits_fn(xb), labels) * xb.shape[0])(xa)
+    g = g / (jnp.sqrt(jnp.sum(g**2, axis=(1, 2, 3), keepdims=True)) + 1e-12)
+    d = xa + step_size * g - x
+    d = d * jnp.minimum(1.0, radius / (jnp.sqrt(jnp.sum(d**2, axis=(1, 2, 3), keepdims=True)) + 1e-12))
+    return jnp.clip(x + d, 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------------------------- defences
@@ -455,8 +484,8 @@ def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array):
         noisy = jnp.clip(xb + noise * jax.random.normal(k, xb.shape), 0.0, 1.0)
         return jnp.mean((apply(graphdef, p, noisy) - xb) ** 2), {}
 
-    fit = jax.jit(functools.partial(scan_fit, loss_fn, optax.adam(1e-3)), static_argnums=(3, 4))
-    params, _ = fit(params, {"image": jnp.asarray(x)}, key, steps, 64)
+    params, _ = make_fit(loss_fn, optax.adam(1e-3), 64)(params, {"image": jnp.asarray(x)}, key, steps,
+                                                         desc="denoising AE")
     return graphdef, params
 
 
@@ -495,18 +524,24 @@ class Evaluator:
         def predict(pam, aux, branch, x):
             return jnp.stack([jnp.argmax(v, -1) for v in logits(pam, aux, branch, x).values()], axis=1)
 
-        def pgd(pam, aux, branch, x, y):
-            preds, first = [], None
-            for ai, name in enumerate(ATTRIBUTORS):
-                f = lambda xb, name=name: logits(pam, aux, branch, xb)[name]  # noqa: E731
-                xa = ops.quantize8(pgd_l2(f, x, y, radius, config.attack.pgd_steps))
-                preds.append(jnp.argmax(f(xa), -1))
-                first = xa if first is None else first
-            return jnp.stack(preds, axis=1), first
+        def pgd_step(pam, aux, branch, name, xa, x, y, radius, step_size):
+            return pgd_l2_step(lambda xb: logits(pam, aux, branch, xb)[name], xa, x, y, radius, step_size)
 
+        self.radius = radius
         self.preprocess = jax.jit(lambda aux, branch, x: apply_defence(config, branch, x, aux))
         self.predict = jax.jit(predict)
-        self.pgd = jax.jit(pgd)
+        self._pgd_step = jax.jit(pgd_step, static_argnums=3)
+
+    def pgd(self, pam, aux, branch, x, y) -> tuple[jax.Array, jax.Array]:
+        """White-box PGD against each attribution model (through the defence): (predictions (N, 4), the
+        attacked images of the first model)."""
+        preds, first = [], None
+        for ai, name in enumerate(ATTRIBUTORS):
+            step = functools.partial(self._pgd_step, pam, aux, branch, name)
+            xa = ops.quantize8(pgd_l2(None, x, y, self.radius, self.config.attack.pgd_steps, step_fn=step))
+            preds.append(self.predict(pam, aux, branch, xa)[:, ai])
+            first = xa if first is None else first
+        return jnp.stack(preds, axis=1), first
 
 
 # --------------------------------------------------------------------------------------------- pipeline
@@ -631,8 +666,11 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
 
     # 4. defences -----------------------------------------------------------------------------------
     t0 = time.time()
-    dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
-                    jax.random.key(config.defence.seed))
+    if "dae" in config.defence.defences:
+        dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
+                        jax.random.key(config.defence.seed))
+    else:  # its branch is still traced by the shared defence program, so it needs parameters, not training
+        dae = init(lambda r: DenoisingAE(16, rngs=r), jax.random.key(config.defence.seed))
     profile = jax.jit(ops.amplitude_profile)(pools["am"]["image"])
     tick("dae_training", t0)
 
