@@ -3,12 +3,18 @@
     nice -n 10 .venv/bin/python benchmarks/phaseformer_ett.py --models sparsetsf --settings ETTh1-96,ETTh2-96,ETTm1-96
     nice -n 10 .venv/bin/python benchmarks/phaseformer_ett.py --models phaseformer --settings all --seeds 2021
     .venv/bin/python benchmarks/phaseformer_ett.py --render-only
+    python benchmarks/phaseformer_ett.py --runs-dir /tmp/gpu_runs --no-aggregate --seeds 2022  # worker (GPU)
 
 Every (model, setting, seed) run is stored on its own in ``benchmarks/results/phaseformer_ett_runs/`` as soon as it
 finishes, so an interrupted benchmark resumes where it stopped (finished runs are skipped). After each run the
 aggregate ``benchmarks/results/phaseformer_ett.json`` (rows: model, dataset, horizon, seed, mse, mae, params, macs,
 train_seconds) and its claims are rewritten from all stored runs, and the README table is rendered from it.
 Claims over settings that were not run are reported as not held, with what is missing.
+
+Each run records the device it trained on (``device``: ``cpu`` or the GPU's name). Accuracy claims use every run;
+the 40-minute speed claim is about this 2-core machine, so it counts CPU runs only. ``--runs-dir`` and
+``--no-aggregate`` let several worker processes share one accelerator (``benchmarks/device_h200.sh``); their runs are
+copied into the runs folder afterwards and aggregated with ``--render-only``.
 """
 
 from __future__ import annotations
@@ -64,11 +70,13 @@ def config_for(model: str, dataset: str, horizon: int, seed: int, ettm1_layers: 
     return configs.dlinear(dataset, horizon, seed=seed, plot=False)
 
 
-def run_path(model, dataset, horizon, seed):
-    return RUNS / f"{model}_{dataset}_{horizon}_s{seed}.json"
+def run_path(model, dataset, horizon, seed, runs_dir=None):
+    return (runs_dir or RUNS) / f"{model}_{dataset}_{horizon}_s{seed}.json"
 
 
-def run_one(model, dataset, horizon, seed, ettm1_layers):
+def run_one(model, dataset, horizon, seed, ettm1_layers, runs_dir=None):
+    import jax
+
     from core.config import to_dict
     from forecasting.phaseformer import train as train_lib
 
@@ -79,13 +87,16 @@ def run_one(model, dataset, horizon, seed, ettm1_layers):
     row = dict(result.metrics)
     row["macs"] = train_lib.count_macs(result.graphdef, result.params, config.seq_len, result.data.num_channels)
     row["load_avg_1min"] = [load_before, os.getloadavg()[0]]
+    row["device"] = jax.devices()[0].device_kind.lower() if jax.default_backend() != "cpu" else "cpu"
     row["history"] = result.history
     row["config"] = to_dict(config)
     if model == "phaseformer":
         row["paper_params"] = configs.PAPER_PARAMS.get((dataset, horizon)) if config.num_layers == \
             configs.RELEASED[(dataset, horizon)][1] else None
-    RUNS.mkdir(parents=True, exist_ok=True)
-    run_path(model, dataset, horizon, seed).write_text(json.dumps(row, indent=1))
+    path = run_path(model, dataset, horizon, seed, runs_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").write_text(json.dumps(row, indent=1))
+    path.with_suffix(".tmp").replace(path)  # a reader never sees half a file
     return row
 
 
@@ -164,10 +175,10 @@ def make_claims(table, rows):
         claims.append(claim(cid, f"PhaseFormer has lower MSE than {other} on " +
                             ("every setting" if other == "dlinear" else "every ETTm1 horizon"), ok,
                             f"compared on {n}/{len(subset)}: " + "; ".join(parts)))
-    # 4. speed: one seed of the 16 PhaseFormer settings in 40 minutes on this machine
+    # 4. speed: one seed of the 16 PhaseFormer settings in 40 minutes on this machine (CPU runs only)
     first_seed = {}
     for r in rows:
-        if r["model"] == "phaseformer":
+        if r["model"] == "phaseformer" and r.get("device", "cpu") == "cpu":
             key = (r["dataset"], r["horizon"])
             if key not in first_seed or r["seed"] < first_seed[key]["seed"]:
                 first_seed[key] = r
@@ -187,7 +198,7 @@ def make_claims(table, rows):
                 rows_train = 8640 * (4 if d.startswith("ETTm") else 1)
                 est += rate * (rows_train - 720 - h + 1) * epochs
         held = False
-        text = (f"only {len(first_seed)}/16 settings measured ({measured:.0f}s); EXTRAPOLATION (not a measurement): "
+        text = (f"only {len(first_seed)}/16 settings measured on the CPU ({measured:.0f}s); EXTRAPOLATION (not a measurement): "
                 f"~{est:.0f}s for 16 settings, from the measured {rate * 1e3:.2f} ms per training window-epoch and "
                 f"{epochs:.1f} epochs per run, scaled by each missing setting's training windows (ETTm ~4.3x ETTh; "
                 "ETTm's batch 16 adds per-step overhead, so this underestimates ETTm)")
@@ -245,9 +256,10 @@ def aggregate(command, invocation_seconds):
     wall_seconds = sum(float(r.get("total_seconds") or 0.0) for r in rows_full)
     table = summarise(rows_full)
     claims = make_claims(table, rows_full)
-    rows = [{k: r.get(k) for k in ("model", "dataset", "horizon", "seed", "mse", "mae", "params", "macs",
-                                   "train_seconds", "total_seconds", "epochs_run", "best_epoch", "weights",
-                                   "test_windows", "paper_params", "load_avg_1min")} for r in rows_full]
+    rows = [{k: r.get(k, "cpu" if k == "device" else None)
+             for k in ("model", "dataset", "horizon", "seed", "mse", "mae", "params", "macs", "train_seconds",
+                       "total_seconds", "epochs_run", "best_epoch", "weights", "test_windows", "paper_params",
+                       "load_avg_1min", "device")} for r in rows_full]
     for r in rows:
         paper = PAPER.get(r["model"], {}).get((r["dataset"], r["horizon"]))
         r["paper_mse"], r["paper_mae"] = paper if paper else (None, None)
@@ -315,6 +327,9 @@ def main(argv=None):
     parser.add_argument("--timing-datasets", default="ETTh1", help="datasets for --step-timing, e.g. ETTh1,ETTm1")
     parser.add_argument("--order", default="setting", choices=("setting", "model"),
                         help="loop settings outermost (setting) or models outermost (model)")
+    parser.add_argument("--runs-dir", default=None, help="store runs here instead of the results runs folder")
+    parser.add_argument("--no-aggregate", action="store_true",
+                        help="only store runs (for worker processes sharing a device); aggregate later")
     args = parser.parse_args(argv)
     if args.step_timing:
         step_timing(tuple(d.strip() for d in args.timing_datasets.split(",")))
@@ -338,15 +353,20 @@ def main(argv=None):
         seeds = [int(s) for s in args.seeds.split(",")]
         jobs = ([(m, d, h, s) for s in seeds for (d, h) in settings for m in models] if args.order == "setting"
                 else [(m, d, h, s) for s in seeds for m in models for (d, h) in settings])
+        runs_dir = pathlib.Path(args.runs_dir) if args.runs_dir else None
         for model, dataset, horizon, seed in jobs:
-            if run_path(model, dataset, horizon, seed).exists():
+            if run_path(model, dataset, horizon, seed).exists() or (
+                    runs_dir and run_path(model, dataset, horizon, seed, runs_dir).exists()):
                 print(f"skip {model} {dataset}-{horizon} s{seed} (stored)", flush=True)
                 continue
             t0 = time.perf_counter()
-            row = run_one(model, dataset, horizon, seed, args.ettm1_layers)
+            row = run_one(model, dataset, horizon, seed, args.ettm1_layers, runs_dir)
             print(f"done {model} {dataset}-{horizon} s{seed}: mse {row['mse']:.4f} mae {row['mae']:.4f} "
-                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
-            aggregate(command, time.perf_counter() - start)
+                  f"({time.perf_counter() - t0:.0f}s, {row['device']})", flush=True)
+            if not args.no_aggregate:
+                aggregate(command, time.perf_counter() - start)
+        if args.no_aggregate:
+            return
     path, claims = aggregate(command, time.perf_counter() - start)
     print(f"wrote {path}")
     for c in claims:

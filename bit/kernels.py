@@ -81,7 +81,14 @@ def _kernel(y_ref, pb_ref, pnb_ref, lm_ref, plen_ref, last_ref, lmn_ref, merge_r
 
 def expand_prune_pallas(y, pb, pnb, lm, plen, last, lm_next, merge, *, lm_weight: float, length_bonus: float,
                         interpret: bool = True):
-    """The Pallas version of `expand_prune_reference` (one program per sentence)."""
+    """The Pallas version of `expand_prune_reference` (one program per sentence).
+
+    Interpret mode only: the body gathers (beam tokens, selected candidates) and selects by argmax, which the Pallas
+    Triton lowering lacks, and the phone axis (41) is no power of two; compiled GPU decoding uses the reference."""
+    if not interpret:
+        raise NotImplementedError("expand_prune_pallas(interpret=False): the kernel gathers and takes argmax, which "
+                                  "Pallas' Triton lowering does not support; use interpret=True or "
+                                  "expand_prune_reference (use_pallas=False) on a GPU")
     b, k = pb.shape
     v = y.shape[1]
     row = lambda *shape: pl.BlockSpec((1, *shape), lambda i: (i,) + (0,) * len(shape))  # noqa: E731

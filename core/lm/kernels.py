@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from core import pallas as core_pallas
+
 _NEG = -1e30
 
 
@@ -70,7 +72,7 @@ def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
         raise ValueError(f"shapes q={q.shape}, k={k.shape}, v={v.shape}, mask={mask.shape}: expected "
                          "q (B, H, Dh), k = v (B, S, KVH, Dh), mask (B, S)")
     if interpret is None:
-        interpret = jax.default_backend() == "cpu"
+        interpret = core_pallas.default_interpret()
     scale = Dh ** -0.5 if scale is None else scale
     G = H // KVH
     Gp = max(_pow2(G), 16)  # GPU dot tiles need >= 16 rows; the padded query rows are dropped below
@@ -110,6 +112,7 @@ def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
         ],
         out_shape=out_shape,
         interpret=interpret,
+        compiler_params=None if interpret else core_pallas.gpu_compiler_params(),
     )(qg, kt, vt, mask3)
     return combine_blocks(o, m, l)[:, :, :G].reshape(B, H, Dh).astype(q.dtype)
 
