@@ -111,6 +111,11 @@ def _mean(rows, key):
     return statistics.fmean(r[key] for r in rows) if rows else None
 
 
+def _device(row) -> str:
+    """'cpu' (this 2-core machine; runs from before the field existed are CPU runs) or the GPU's short name."""
+    return row.get("device", "cpu").replace("nvidia ", "")
+
+
 def summarise(rows):
     """{(model, dataset, horizon): {mse, mae, seeds, params, macs, train_seconds}} (means over seeds)."""
     table = {}
@@ -121,7 +126,9 @@ def summarise(rows):
                 table[(model, dataset, horizon)] = {
                     "mse": _mean(sel, "mse"), "mae": _mean(sel, "mae"), "seeds": sorted(r["seed"] for r in sel),
                     "params": sel[0]["params"], "macs": sel[0].get("macs"),
-                    "train_seconds": _mean(sel, "total_seconds"), "epochs": _mean(sel, "epochs_run")}
+                    "train_seconds": _mean(sel, "total_seconds"), "epochs": _mean(sel, "epochs_run"),
+                    "seconds_by_device": {dev: _mean([r for r in sel if _device(r) == dev], "total_seconds")
+                                          for dev in sorted({_device(r) for r in sel})}}
     return table
 
 
@@ -212,9 +219,15 @@ def fmt(x, nd=3):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def _seconds(entry) -> str:
+    if entry is None:
+        return "-"
+    return "; ".join(f"{sec:.0f} ({dev})" for dev, sec in entry["seconds_by_device"].items())
+
+
 def render_table(table):
     lines = ["| setting | PhaseFormer MSE / MAE (ours) | seeds | paper | MSE ratio | SparseTSF ours | SparseTSF paper "
-             "| DLinear ours | DLinear paper | params | PF train+eval s |",
+             "| DLinear ours | DLinear paper | params | PF train+eval s (device) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, horizon in SETTINGS:
         pf = table.get(("phaseformer", dataset, horizon))
@@ -230,7 +243,7 @@ def render_table(table):
         lines.append(f"| {dataset}-{horizon} | {pair(pf)} | {len(pf['seeds']) if pf else 0} | {paper(pp)} | "
                      f"{fmt(ratio)}{mark} | {pair(st)} | {paper(sp)} | {pair(dl)} | {paper(dp)} | "
                      f"{pf['params'] if pf else configs.PAPER_PARAMS[(dataset, horizon)]} | "
-                     f"{fmt(pf['train_seconds'], 0) if pf else '-'} |")
+                     f"{_seconds(pf)} |")
     return "\n".join(lines)
 
 

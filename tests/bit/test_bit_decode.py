@@ -79,6 +79,8 @@ def test_pallas_step_equals_reference():
     np.testing.assert_array_equal(np.asarray(ref[0]), np.asarray(pal[0]))
     for r, p in zip(ref[1:], pal[1:]):
         np.testing.assert_allclose(np.asarray(r), np.asarray(p), rtol=1e-6, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="Triton lowering does not support"):
+        expand_prune_pallas(*args, lm_weight=0.5, length_bonus=0.2, interpret=False)
 
 
 def test_phone_lm_table_is_normalised():

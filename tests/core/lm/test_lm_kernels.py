@@ -41,3 +41,14 @@ def test_bad_shapes():
     k = jnp.zeros((1, 10, 2, 8))
     with pytest.raises(ValueError, match="multiple"):
         decode_attention(q, k, k, jnp.ones((1, 10), bool))
+
+
+def test_compiled_kernel_lowers_to_triton_for_cuda():
+    """Compiled (not interpret) on a GPU the kernel goes through Triton; its lowering runs on any host."""
+    from core import pallas as core_pallas
+
+    q = jnp.ones((2, 8, 64), jnp.bfloat16)
+    k = jnp.ones((2, 300, 2, 64), jnp.bfloat16)
+    mask = jnp.ones((2, 300), bool)
+    text = core_pallas.lowers_for_cuda(lambda q, k, v, m: decode_attention(q, k, v, m, interpret=False), q, k, k, mask)
+    assert text.count(core_pallas.TRITON_CALL) == 1

@@ -7,7 +7,7 @@ import pytest
 
 from forecasting.phaseformer import kernels, model
 
-N, P, D, R, HEADS = 37, 24, 4, 8, 2  # N not a multiple of the block: exercises the padding
+N, P, D, R, HEADS = 37, 24, 4, 4, 2  # N not a multiple of the block: exercises the padding
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +66,24 @@ def test_kernel_rejects_bad_shapes(inputs):
         kernels.routing_attention(z, u, send, receive, num_heads=3)
     with pytest.raises(ValueError, match="block_n=0"):
         kernels.routing_attention(z, u, send, receive, num_heads=2, block_n=0)
+
+
+def test_compiled_kernel_lowers_to_triton_for_cuda(inputs):
+    """The Triton lowering runs on any host: a block that is no power of two or a primitive Triton lacks fails
+    here, not first on a GPU. Forward and backward are each one Triton kernel."""
+    from core import pallas as core_pallas
+
+    z, u, send, receive, masks = inputs
+
+    def fwd(z, u, s, r, m):
+        return kernels.routing_attention(z, u, s, r, m, num_heads=HEADS, block_n=32, interpret=False)
+
+    assert core_pallas.lowers_for_cuda(fwd, z, u, send, receive, masks).count(core_pallas.TRITON_CALL) == 1
+    grad = jax.grad(lambda *a: jnp.sum(fwd(*a) ** 2), argnums=(0, 1, 2, 3))  # needs the forward output too
+    assert core_pallas.lowers_for_cuda(grad, z, u, send, receive, masks).count(core_pallas.TRITON_CALL) == 2
+
+
+def test_compiled_kernel_needs_power_of_two_blocks(inputs):
+    z, u, send, receive, _ = inputs
+    with pytest.raises(ValueError, match="block_n=24: the compiled"):
+        kernels.routing_attention(z, u, send, receive, num_heads=2, block_n=24, interpret=False)
