@@ -206,14 +206,14 @@ def demo() -> Config:
 
 
 def bench() -> Config:
-    """The benchmark's setting (benchmarks/headgan.py), sized to the CPU share left on the shared 2-core machine
-    (~20 % of a core): 16 px output from 8 px volume rendering with 8 + 8 samples per ray, 240 steps of batch 8
-    per arm. The 32 px setting: `benchmarks/headgan.py --set data.res=32 model.raw_res=16` (about 4x the compute)."""
+    """The benchmark's setting (benchmarks/headgan.py), sized for the idle 2-core machine: 32 px output from 16 px
+    volume rendering with 8 + 8 samples per ray, 720 steps of batch 8 per arm (2.1 s per step for the five arms,
+    measured 2026-11-30). The earlier 16 px setting: `--set data.res=16 model.raw_res=8 --steps 240`."""
     return Config(
-        data=DataConfig(res=16, n_images=1024, views_per_id=8),
+        data=DataConfig(res=32, n_images=1024, views_per_id=8),
         encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=1024, steps=200),
-        model=_small_model(raw_res=8, n_coarse=8, n_fine=8, d_channels=16, sr_channels=16),
-        train=TrainConfig(steps=240, batch_size=8, eval_every=60, eval_samples=128),
+        model=_small_model(raw_res=16, n_coarse=8, n_fine=8, d_channels=16, sr_channels=16),
+        train=TrainConfig(steps=720, batch_size=8, eval_every=120, eval_samples=128),
     )
 
 
