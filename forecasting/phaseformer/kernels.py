@@ -147,10 +147,6 @@ def _full_spec(shape):
     return pl.BlockSpec(shape, lambda i, _n=len(shape): (0,) * _n)
 
 
-def _nest(send, receive):
-    return tuple(send[2:]), tuple(receive)  # the send queries are folded into q1
-
-
 def _call(kernel, inputs, in_specs, out_shape, out_specs, grid, interpret, num_warps):
     return pl.pallas_call(kernel, grid=(grid,), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
                           interpret=interpret,
@@ -158,7 +154,7 @@ def _call(kernel, inputs, in_specs, out_shape, out_specs, grid, interpret, num_w
 
 
 def _unpack(refs, n_weights, has_mask):
-    """refs = z, q1, 14 weights, [m1, m2], ... -> (z tiles, q1, send, receive, m1, m2, rest)."""
+    """refs = z, q1, 6 send + 8 receive weights, [m1, m2], ... -> (z tiles, q1, send, receive, m1, m2, rest)."""
     z = _tiles(refs[0])
     q1 = _scalars(refs[1])
     w = [_scalars(ref) for ref in refs[2:2 + n_weights]]
@@ -285,6 +281,6 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
         m1, m2 = masks  # (N, h, R, P), (N, h, P, R) -> (h, R, P_pad, N_pad) each
         pad = ((0, 0), (0, 0), (0, p_pad - p), (0, n_pad))
         mt = (jnp.pad(m1.transpose(1, 2, 3, 0), pad), jnp.pad(m2.transpose(1, 3, 2, 0), pad))
-    send_rest, receive = _nest(send, receive)
-    out = _routing_planes(zt, q1, send_rest, receive, mt, num_heads, p, block_n, interpret, num_warps)
+    send_kv = tuple(send[2:])  # the send queries are folded into q1
+    out = _routing_planes(zt, q1, send_kv, tuple(receive), mt, num_heads, p, block_n, interpret, num_warps)
     return out[:, :p, :n].transpose(2, 1, 0)

@@ -13,7 +13,7 @@ EXPERIMENT = Experiment(
     run=run,
     runtimes={"tiny": "~6 min wall on the shared 2-core machine at load ~13 (the smoke test); about 1 min idle",
               "demo": "~11 min on 2 CPU cores (643 s measured at load ~3.5; 16 px, 2 arms, 80 steps)",
-              "bench": "~30 min wall on the shared 2-core machine at load ~13 (benchmarks/headgan.py)",
+              "bench": "~33 min wall on the idle 2-core machine (1,985 s measured; 32 px; benchmarks/headgan.py)",
               "paper": "GPU"},
 )
 
