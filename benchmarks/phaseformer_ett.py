@@ -185,7 +185,7 @@ def make_claims(table, rows):
     # 4. speed: one seed of the 16 PhaseFormer settings in 40 minutes on this machine (CPU runs only)
     first_seed = {}
     for r in rows:
-        if r["model"] == "phaseformer" and r.get("device", "cpu") == "cpu":
+        if r["model"] == "phaseformer" and _device(r) == "cpu":
             key = (r["dataset"], r["horizon"])
             if key not in first_seed or r["seed"] < first_seed[key]["seed"]:
                 first_seed[key] = r
