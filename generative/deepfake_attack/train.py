@@ -1,7 +1,8 @@
 """Training of every model in the benchmark, each a Python loop over one jitted step, and the whole pipeline `run`.
 
 Pipeline: real pools -> generator zoo (6 families) with samples and FID -> 4 attribution models -> the
-attack U-Net trained on real images only (additive and multiplicative, one program each) -> budgets matched
+attack U-Net trained on real images only (additive and multiplicative, one program each; with the denoising AE
+in a background thread while the zoo trains) -> budgets matched
 by PSNR -> references (white-box PGD, blur, DCT) -> defences (retraining, blur, DCT, denoising AE, spectrum
 normalisation) -> ASR / to-real / PSNR / SSIM tables, plots, metrics.json.
 """
@@ -13,6 +14,7 @@ import json
 import pathlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -385,7 +387,7 @@ def make_attack_step(attack: AttackConfig, graphdefs, n: int):
     return init, step
 
 
-def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array):
+def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array, show_progress: bool = True):
     """Train the additive (mode 0) and multiplicative (mode 1) attacks from the same initialisation on the same
     real batches: one compiled program, run once per mode (the mode is an argument). Vmapping over the mode
     would batch the convolution weights into grouped convolutions (not timed separately here).
@@ -404,7 +406,7 @@ def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array):
     def fit(mode):
         carry = init(jax.tree.map(jnp.array, params))  # a copy: the step donates its carry, both modes start here
         carry, hist = run_steps(body, carry, attack.steps, pseudo_params, x_real, jnp.float32(mode),
-                                desc=("additive", "multiplicative")[int(mode)] + " attack")
+                                desc=("additive", "multiplicative")[int(mode)] + " attack" if show_progress else None)
         return carry[0], hist
 
     pseudo_params, x_real = [p for _, p in pseudo], jnp.asarray(x_real)
@@ -465,17 +467,21 @@ def pgd_l2(logits_fn: Callable, x: jax.Array, labels: jax.Array, radius: float, 
 
 def pgd_l2_step(logits_fn: Callable, xa: jax.Array, x: jax.Array, labels: jax.Array, radius: float,
                 step_size: float) -> jax.Array:
-    """One normalised-gradient ascent step on CE, projected onto the L2 ball around x and onto [0, 1]."""
-    g = jax.grad(lambda xb: L.cross_entropy(logits_fn(xb), labels) * xb.shape[0])(xa)
-    g = g / (jnp.sqrt(jnp.sum(g**2, axis=(1, 2, 3), keepdims=True)) + 1e-12)
+    """One normalised-gradient ascent step on CE, projected onto the L2 ball around x and onto [0, 1].
+
+    Images are the last three axes, so xa may carry leading axes (e.g. one copy per attribution model, with
+    logits_fn returning (..., N, classes) and labels broadcast to (..., N)): each image's step is its own."""
+    image_axes = (-3, -2, -1)
+    g = jax.grad(lambda xb: L.cross_entropy(logits_fn(xb), labels) * labels.size)(xa)
+    g = g / (jnp.sqrt(jnp.sum(g**2, axis=image_axes, keepdims=True)) + 1e-12)
     d = xa + step_size * g - x
-    d = d * jnp.minimum(1.0, radius / (jnp.sqrt(jnp.sum(d**2, axis=(1, 2, 3), keepdims=True)) + 1e-12))
+    d = d * jnp.minimum(1.0, radius / (jnp.sqrt(jnp.sum(d**2, axis=image_axes, keepdims=True)) + 1e-12))
     return jnp.clip(x + d, 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------------------------- defences
 
-def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array):
+def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array, show_progress: bool = True):
     """The denoising-autoencoder purifier, trained on real images with Gaussian noise."""
     graphdef, params = init(lambda r: DenoisingAE(16, rngs=r), key)
 
@@ -485,7 +491,7 @@ def train_dae(x: np.ndarray, noise: float, steps: int, key: jax.Array):
         return jnp.mean((apply(graphdef, p, noisy) - xb) ** 2), {}
 
     params, _ = make_fit(loss_fn, optax.adam(1e-3), 64)(params, {"image": jnp.asarray(x)}, key, steps,
-                                                         desc="denoising AE")
+                                                         desc="denoising AE" if show_progress else None)
     return graphdef, params
 
 
@@ -524,24 +530,29 @@ class Evaluator:
         def predict(pam, aux, branch, x):
             return jnp.stack([jnp.argmax(v, -1) for v in logits(pam, aux, branch, x).values()], axis=1)
 
-        def pgd_step(pam, aux, branch, name, xa, x, y, radius, step_size):
-            return pgd_l2_step(lambda xb: logits(pam, aux, branch, xb)[name], xa, x, y, radius, step_size)
+        def each_model_logits(pam, aux, branch, xs):  # xs (models, N, S, S, 1): model a sees only xs[a]
+            defended = apply_defence(config, branch, xs.reshape(-1, *xs.shape[2:]), aux).reshape(xs.shape)
+            return jnp.stack([apply(graphdefs[n], pam[n], am_input(n, defended[a], block))
+                              for a, n in enumerate(ATTRIBUTORS)])
+
+        def pgd_step(pam, aux, branch, xa, x, y, radius, step_size):
+            return pgd_l2_step(functools.partial(each_model_logits, pam, aux, branch), xa, x, y, radius, step_size)
 
         self.radius = radius
         self.preprocess = jax.jit(lambda aux, branch, x: apply_defence(config, branch, x, aux))
         self.predict = jax.jit(predict)
-        self._pgd_step = jax.jit(pgd_step, static_argnums=3)
+        self._pgd_step = jax.jit(pgd_step)
 
     def pgd(self, pam, aux, branch, x, y) -> tuple[jax.Array, jax.Array]:
-        """White-box PGD against each attribution model (through the defence): (predictions (N, 4), the
-        attacked images of the first model)."""
-        preds, first = [], None
-        for ai, name in enumerate(ATTRIBUTORS):
-            step = functools.partial(self._pgd_step, pam, aux, branch, name)
-            xa = ops.quantize8(pgd_l2(None, x, y, self.radius, self.config.attack.pgd_steps, step_fn=step))
-            preds.append(self.predict(pam, aux, branch, xa)[:, ai])
-            first = xa if first is None else first
-        return jnp.stack(preds, axis=1), first
+        """White-box PGD against each attribution model (through the defence), all four in one compiled step
+        (one copy of the images per model): (predictions (N, 4), the attacked images of the first model)."""
+        models = len(ATTRIBUTORS)
+        xs = jnp.broadcast_to(x, (models, *x.shape))
+        ys = jnp.broadcast_to(y, (models, *y.shape))
+        step = functools.partial(self._pgd_step, pam, aux, branch)
+        xa = ops.quantize8(pgd_l2(None, xs, ys, self.radius, self.config.attack.pgd_steps, step_fn=step))
+        preds = [self.predict(pam, aux, branch, xa[a])[:, a] for a in range(models)]
+        return jnp.stack(preds, axis=1), xa[0]
 
 
 # --------------------------------------------------------------------------------------------- pipeline
@@ -598,6 +609,12 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     digit_acc = float(np.mean(head(real_feats) == pools["eval"]["label"]))
     fid_real = M.frechet_distance(batched(feats, pools["am"]["image"], eb), real_feats)
     tick("fid_classifier", t0)
+    # The attack and the denoising AE see real images only, so they train in a background thread while the
+    # generator zoo trains: XLA:CPU compiles on one core, and the other stage's programs use the idle one.
+    attack_cache = workdir / "stage_attack.npz"
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="real_only")
+    real_only = background.submit(_train_real_only, config, pools, not attack_cache.exists(), tick)
+    background.shutdown(wait=False)
     fakes_am, fakes_eval, gen_info = {}, {}, {}
     cache = workdir / "stage_generators.npz"  # a rerun in the same workdir resumes after the zoo
     if cache.exists():
@@ -636,23 +653,20 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     fake_ev = y_ev > 0
     x_fake, y_fake = x_ev[fake_ev], y_ev[fake_ev]
 
-    # 3. attacks, trained on the attack pool (real only) ------------------------------------------------
-    t0 = time.time()
+    # 3. attacks, trained on the attack pool (real only) in the background thread ----------------------
     x_am_fake = x_am[y_am > 0]
-    cache = workdir / "stage_attack.npz"
-    if cache.exists():
-        with np.load(cache) as z:
+    trained_attack, dae = real_only.result()
+    t0 = time.time()
+    if trained_attack is None:
+        with np.load(attack_cache) as z:
             t_fake, t_am = z["t_fake"], z["t_am"]
             att_hist = {k.removeprefix("hist_"): z[k] for k in z.files if k.startswith("hist_")}
-        log(f"[deepfake_attack] attack outputs restored from {cache}")
+        log(f"[deepfake_attack] attack outputs restored from {attack_cache}")
     else:
-        att_gd, att_p, att_hist = train_attacks(config.attack, pools["attack"]["image"],
-                                                jax.random.key(config.attack.seed))
-        tick("attack_training", t0)
+        att_gd, att_p, att_hist = trained_attack
         t_fake = attack_outputs(att_gd, att_p, x_fake, eb)
         t_am = attack_outputs(att_gd, att_p, x_am_fake, eb)
-        np.savez(cache, t_fake=t_fake, t_am=t_am, **{f"hist_{k}": np.asarray(v) for k, v in att_hist.items()})
-    t0 = time.time()
+        np.savez(attack_cache, t_fake=t_fake, t_am=t_am, **{f"hist_{k}": np.asarray(v) for k, v in att_hist.items()})
     scales = {m: calibrate_scale(x_fake, t_fake[i], float(i), config.attack.target_psnr)
               for i, m in enumerate(("additive", "multiplicative"))}
     adv = {m: _attack_images(x_fake, t_fake[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))}
@@ -665,14 +679,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     tick("attack_apply", t0)
 
     # 4. defences -----------------------------------------------------------------------------------
-    t0 = time.time()
-    if "dae" in config.defence.defences:
-        dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
-                        jax.random.key(config.defence.seed))
-    else:  # its branch is still traced by the shared defence program, so it needs parameters, not training
-        dae = init(lambda r: DenoisingAE(16, rngs=r), jax.random.key(config.defence.seed))
     profile = jax.jit(ops.amplitude_profile)(pools["am"]["image"])
-    tick("dae_training", t0)
 
     radius = float(size * 10 ** (-config.attack.target_psnr / 20))
     n_pgd = min(config.attack.pgd_per_gm, config.data.n_eval)
@@ -716,6 +723,25 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
             "attributors": am_info, "scales": scales, "fidelity": fid_rows, "asr": results, "table": table,
             "attack_history": {k: np.asarray(v)[-50:].mean(axis=0).tolist() for k, v in att_hist.items()},
             "timings": timings, "wall_seconds": wall}
+
+
+def _train_real_only(config: Config, pools: dict, train_attack: bool, tick: Callable[[str, float], None]):
+    """The stages that never see a fake: the two attacks (unless their outputs are cached) and the denoising-AE
+    purifier. Returns ((graphdefs, params, history) or None, (graphdef, params) of the DAE)."""
+    t0 = time.time()
+    trained_attack = None
+    if train_attack:
+        trained_attack = train_attacks(config.attack, pools["attack"]["image"], jax.random.key(config.attack.seed),
+                                       show_progress=False)
+        tick("attack_training", t0)
+    t0 = time.time()
+    if "dae" in config.defence.defences:
+        dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
+                        jax.random.key(config.defence.seed), show_progress=False)
+    else:  # its branch is still traced by the shared defence program, so it needs parameters, not training
+        dae = init(lambda r: DenoisingAE(16, rngs=r), jax.random.key(config.defence.seed))
+    tick("dae_training", t0)
+    return trained_attack, dae
 
 
 def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray) -> dict[str, Any]:

@@ -75,6 +75,20 @@ def test_pgd_stays_in_the_l2_ball_and_raises_the_loss():
     assert float(L.cross_entropy(logits_fn(xa), y)) > float(L.cross_entropy(logits_fn(x), y))
 
 
+def test_pgd_on_stacked_copies_equals_one_run_per_model():
+    """The evaluator attacks all attribution models in one program, one copy of the images per model: each
+    copy must follow exactly the PGD run against its own model alone."""
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.uniform(0.3, 0.7, size=(5, 4, 4, 1)).astype(np.float32))
+    ws = jnp.asarray(rng.normal(size=(3, 16, 3)).astype(np.float32))
+    one = lambda w: lambda xb: xb.reshape(xb.shape[0], -1) @ w  # noqa: E731
+    y = jnp.asarray(rng.integers(0, 3, size=5))
+    stacked_logits = lambda xs: jnp.stack([one(ws[a])(xs[a]) for a in range(3)])  # noqa: E731
+    xa = T.pgd_l2(stacked_logits, jnp.broadcast_to(x, (3, *x.shape)), jnp.broadcast_to(y, (3, 5)), 0.5, 6)
+    for a in range(3):
+        np.testing.assert_allclose(np.asarray(xa[a]), np.asarray(T.pgd_l2(one(ws[a]), x, y, 0.5, 6)), atol=1e-6)
+
+
 def test_pseudo_generators_add_a_bounded_trace():
     cfg = AttackConfig(pseudo_gms=3)
     pseudo = T.build_pseudo_generators(cfg, jax.random.key(0))
