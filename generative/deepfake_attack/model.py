@@ -169,14 +169,21 @@ class ConvClassifier(nnx.Module):
 
 
 class MLPClassifier(nnx.Module):
-    """Two-hidden-layer MLP on a flat feature vector (the log-spectrum and block-DCT attributors)."""
+    """Two-hidden-layer MLP on a flat feature vector (the log-spectrum and block-DCT attributors).
+
+    Each feature is standardised by fixed training-set statistics (`input_mean`, `input_std`: set by
+    `train.set_input_stats` before training, never trained: they sit behind a stop-gradient, so Adam leaves
+    them as set). Per-feature scaling, not per-image, keeps the overall energy that tells generators apart."""
 
     def __init__(self, in_dim: int, hidden: int, classes: int, *, rngs: nnx.Rngs):
+        self.input_mean = nnx.Param(jnp.zeros(in_dim))
+        self.input_std = nnx.Param(jnp.ones(in_dim))
         self.l1 = nnx.Linear(in_dim, hidden, rngs=rngs)
         self.l2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.head = nnx.Linear(hidden, classes, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        x = (x - jax.lax.stop_gradient(self.input_mean[...])) / jax.lax.stop_gradient(self.input_std[...])
         return self.head(act(self.l2(act(self.l1(x)))))
 
 

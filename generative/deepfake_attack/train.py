@@ -251,15 +251,14 @@ def batched(fn: Callable, x: np.ndarray | jax.Array, batch: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- attributors
 
 def am_input(name: str, x: jax.Array, block: int) -> jax.Array:
-    """The input each attribution model sees: pixels, x - median3x3(x), the per-image standardised centred
-    log-amplitude spectrum (flat), or log|block-DCT| (flat)."""
+    """The input each attribution model sees: pixels, x - median3x3(x), the centred log-amplitude spectrum
+    (flat), or log|block-DCT| (flat); the MLPs standardise their features with training-set statistics."""
     if name == "pixel_cnn":
         return x
     if name == "residual_cnn":
         return 10.0 * (x - ops.median3x3(x))
     if name == "spectrum_mlp":
-        s = ops.log_spectrum(x).reshape(x.shape[0], -1)
-        return (s - s.mean(axis=1, keepdims=True)) / (s.std(axis=1, keepdims=True) + 1e-6)
+        return ops.log_spectrum(x).reshape(x.shape[0], -1)
     if name == "dct_mlp":
         return jnp.log(jnp.abs(ops.block_dct(x, block)) + 1e-2).reshape(x.shape[0], -1)
     raise ValueError(f"attribution model {name!r}: expected one of {ATTRIBUTORS}")
@@ -309,10 +308,35 @@ def _am_fitter(am: AMConfig, size: int, classes: int):
     return graphdefs, make_fit(loss_fn, am_optimizer(am), am.batch_size)
 
 
+MLP_ATTRIBUTORS = tuple(n for n in ATTRIBUTORS if n.endswith("mlp"))
+INPUT_STD_FLOOR = 0.1  # a feature that is (nearly) constant in training is not amplified more than 10x
+
+
+def set_input_stats(params: dict, x: np.ndarray, block: int) -> dict:
+    """params with each MLP attributor's fixed input standardisation set to the per-feature mean and std of
+    its features on the training images x (std floored at INPUT_STD_FLOOR)."""
+    stats = _input_stats(jnp.asarray(x), block)
+    out = dict(params)
+    for name in MLP_ATTRIBUTORS:
+        p = jax.tree.map(lambda a: a, params[name])  # a new pytree: the caller's params are left as they were
+        p["input_mean"][...] = stats[name][0]
+        p["input_std"][...] = stats[name][1]
+        out[name] = p
+    return out
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _input_stats(x: jax.Array, block: int) -> dict:
+    feats = {n: am_input(n, x, block) for n in MLP_ATTRIBUTORS}
+    return {n: (f.mean(axis=0), jnp.maximum(f.std(axis=0), INPUT_STD_FLOOR)) for n, f in feats.items()}
+
+
 def train_attributors(am: AMConfig, x: np.ndarray, y: np.ndarray, classes: int, key: jax.Array):
-    """Train the four attribution models together on (x, y). Returns (graphdefs, params, losses)."""
+    """Train the four attribution models together on (x, y) (the MLPs' input standardisation is set from x
+    first). Returns (graphdefs, params, losses)."""
     graphdefs, fit = _am_fitter(am, x.shape[1], classes)
     _, params = build_attributors(am, x.shape[1], classes, key)
+    params = set_input_stats(params, x, am.dct_block)
     params, losses = fit(params, {"image": jnp.asarray(x), "label": jnp.asarray(y)},
                          jax.random.fold_in(key, 99), am.steps, desc="attribution models")
     return graphdefs, params, losses

@@ -43,6 +43,21 @@ def test_attribution_models_learn_a_three_class_toy_attribution():
         assert acc > 0.9, f"{name}: toy attribution accuracy {acc:.2f}"
 
 
+def test_mlp_input_standardisation_is_set_from_training_features_and_never_trained():
+    x, y = _toy_attribution(n=40)
+    am = dataclasses.replace(AM, steps=20)
+    _, fresh = T.build_attributors(am, 16, 3, jax.random.key(0))
+    _, params, _ = T.train_attributors(am, x, y, 3, jax.random.key(0))
+    for name in T.MLP_ATTRIBUTORS:
+        feats = np.asarray(T.am_input(name, jnp.asarray(x), am.dct_block))
+        np.testing.assert_allclose(np.asarray(params[name]["input_mean"][...]), feats.mean(0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(params[name]["input_std"][...]),
+                                   np.maximum(feats.std(0), T.INPUT_STD_FLOOR), rtol=1e-4, atol=1e-4)
+        assert np.all(np.asarray(fresh[name]["input_mean"][...]) == 0)  # the initial params were not mutated
+        # the layers did train
+        assert not np.allclose(np.asarray(params[name]["l1"]["kernel"][...]), np.asarray(fresh[name]["l1"]["kernel"][...]))
+
+
 def test_sharded_attribution_step_equals_single_device():
     graphdefs, params = T.build_attributors(AM, 16, 3, jax.random.key(0))
     loss_fn = T.make_am_loss(graphdefs, AM)
