@@ -164,7 +164,7 @@ def demo() -> Config:
     )
 
 
-def bench(base: str, steps: int = 150, seeds: int = 3) -> Config:
+def bench(base: str, steps: int = 500, seeds: int = 3) -> Config:
     """The benchmark's setting (benchmarks/prednext.py): the notes' small-scale model (16/32/64, T = 8, 32x32),
     batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds vmapped together."""
     return Config(
