@@ -2,7 +2,8 @@
 C2 monkey data in pretraining with shared dynamics alpha > 0 vs alpha = 0, C3 attempted -> imagined transfer,
 C4 the n-gram cascade vs greedy phonemes + lexicon lookup.
 
-    nice -n 10 .venv/bin/python benchmarks/bit_cascade.py            # the committed run (reduced scale)
+    .venv/bin/python -u benchmarks/bit_cascade.py --per-session 128 --test-per-session 10 --imagined-per-session 30 \
+        --pretrain-steps 300 --finetune-steps 200 --raw-dir /tmp/bit_cascade_bench2     # the committed run
 
 One simulated world (data seed 0); seeds vary the model init, masking and batch order, vmapped in one program
 per setting. Writes benchmarks/results/bit_cascade.json (+ PNGs) and the README table between
@@ -26,7 +27,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bit import configs, losses, train  # noqa: E402
+from bit import cascade, configs, losses, train  # noqa: E402
 from bit.decode import phone_lm_table  # noqa: E402
 from core.plots import line_plot  # noqa: E402
 from core.results import RESULTS_DIR, claim, write_results  # noqa: E402
@@ -140,7 +141,12 @@ class Bench:
                              lexicon=None)
         res = {"per_greedy": out["per_greedy"], "per_beam": out["per_beam"]}
         self.speed["phone_beam_sentences_per_s"] = out["phone_beam_sentences_per_s"]
-        if words:
+        if words:  # the LM weight and word score are chosen on the validation sentences, then fixed for the test
+            val = self.data["train"]
+            lp_v, fr_v = self.logprobs(p, {k: v[-self.args.valid:] for k, v in val.items()})
+            tuned = cascade.tune_weights(self.word_decoder, lp_v, fr_v, self.data["train_text"][-self.args.valid:])
+            res.update(word_lm_weight=tuned["lm_weight"], word_score=tuned["word_score"],
+                       valid_wer_cascade=tuned["valid_wer"])
             sub = train.take(test, n_w)  # the word cascade runs on the first word_test sentences
             ev = train.evaluate(self.cfg, lp[:n_w], fr[:n_w], sub, self.data["test_text"][:n_w], table=self.table,
                                 word_decoder=self.word_decoder, lexicon=self.lexicon)
@@ -180,12 +186,18 @@ def main(argv=None):
     ap.add_argument("--pretrain-steps", type=int, default=400)
     ap.add_argument("--finetune-steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--word-beam", type=int, default=20)
+    ap.add_argument("--word-beam", type=int, default=100)
+    ap.add_argument("--valid", type=int, default=24,
+                    help="the last VALID labelled sentences (never fine-tuned on) tune the cascade's LM weight and "
+                         "word score")
     ap.add_argument("--word-test", type=int, default=48)
     ap.add_argument("--stages", nargs="+", default=["c1", "c2"])
     ap.add_argument("--raw-dir", default="/tmp/bit_cascade_bench")
     args = ap.parse_args(argv)
     t_start = time.time()
+    if max(args.labelled) > args.sessions * args.per_session - args.valid:
+        raise ValueError(f"--labelled {max(args.labelled)}: expected at most sessions * per_session - valid = "
+                         f"{args.sessions * args.per_session - args.valid} (the validation sentences are held out)")
     b = Bench(args)
     raw = b.raw
     rows, curves = [], {}
@@ -326,13 +338,13 @@ def write(args, b, results, t_start, c2n):
     scale = {k: getattr(args, k) for k in ("seeds", "sessions", "per_session", "test_per_session",
                                            "imagined_sessions", "imagined_per_session", "monkey_sessions",
                                            "monkey_trials", "alpha", "labelled", "pretrain_steps", "finetune_steps",
-                                           "batch_size", "word_beam", "word_test")}
+                                           "batch_size", "word_beam", "word_test", "valid")}
     m = b.cfg.model
     scale.update(model=f"d {m.d_model}, {m.num_layers} layers, {m.num_heads} heads, MLP {m.mlp_dim}, patch {m.patch}, "
                        f"CTC upsample {m.ctc_upsample}", simulate_seconds=b.sim_seconds,
                  issue_acceptance="C1-C4 over 3 seeds within 60 min on this machine; cpu preset d 128 x 4 layers",
-                 reductions="d 64 x 2 layers (notes: d 128 x 4), 8 sessions x 130 sentences (notes: 12 x 200), "
-                            "a few hundred steps per stage; 2 CPU cores shared with four other jobs")
+                 reductions=f"d {m.d_model} x {m.num_layers} layers (notes: d 128 x 4), {args.sessions} sessions x "
+                            f"{args.per_session} sentences (notes: 12 x 200), a few hundred steps per stage")
     path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start, scale=scale,
                          speed=b.speed, summary=summary,
                          examples=c1.get(f"pretrained_{c2n}", [{}])[0].get("examples", []))
@@ -357,6 +369,12 @@ def render(path: pathlib.Path):
     for key, label in (("c2_human_only", "C2 human-only pretraining"), ("c2_monkey_alpha0", "C2 human + monkey alpha=0")):
         if key in su:
             lines.append(f"| {label} | {sc['labelled'][len(sc['labelled']) // 2]} | {fmt(su[key]['per_greedy'])} | | | | |")
+    tuned = [r for r in rec["rows"] if r.get("experiment") == "C1" and "word_lm_weight" in r]
+    if tuned:
+        lines += ["", f"Cascade LM weight / word score, chosen per model on {sc.get('valid', '?')} validation "
+                  "sentences (never fine-tuned on) from the grid {0.3, 0.5, 1.0} x {0, 2}: " + "; ".join(
+                      f"{r['init']} {r['labelled']} seed {r['seed']}: {r['word_lm_weight']:g} / {r['word_score']:g}"
+                      for r in tuned) + "."]
     lines += ["", "| claim | held | evidence |", "|---|---|---|"]
     lines += [f"| {c['statement']} | {'held' if c['held'] else '**not held**'} | {c['evidence']} |"
               for c in rec["claims"]]
@@ -368,7 +386,7 @@ def render(path: pathlib.Path):
                 parts.append(f"{k.replace('_', ' ')}: " + ", ".join(f"{n} {x:.1f}" for n, x in v.items()))
             else:
                 parts.append(f"{k.replace('_', ' ')}: {v:.1f}")
-        lines += ["", "Throughput (2 shared CPU cores): " + "; ".join(parts) + "."]
+        lines += ["", "Throughput (2 CPU cores): " + "; ".join(parts) + "."]
     text = README.read_text()
     start, end = f"<!-- table:{NAME} -->", f"<!-- /table:{NAME} -->"
     if start in text and end in text:

@@ -99,20 +99,47 @@ class WordDecoder:
                 return state.child(-1), s * LN10
 
         self.lm = KenLM()
-        trie = Trie(phonemes.NUM_CLASSES, phonemes.SIL)
+        self.trie = Trie(phonemes.NUM_CLASSES, phonemes.SIL)
         start = self.lm.start(False)
         for w, i in self.index.items():
             _, score = self.lm.score(start, i)
-            trie.insert(lexicon.spell[w], i, score)
-        trie.smear(SmearingMode.MAX)
-        opts = LexiconDecoderOptions(beam_size=beam, beam_size_token=phonemes.NUM_CLASSES,
-                                     beam_threshold=beam_threshold, lm_weight=lm_weight, word_score=word_score,
-                                     unk_score=-math.inf, sil_score=sil_score, log_add=False,
-                                     criterion_type=CriterionType.CTC)
-        self.decoder = LexiconDecoder(opts, trie, self.lm, phonemes.SIL, phonemes.BLANK, self.unk, [], False)
+            self.trie.insert(lexicon.spell[w], i, score)
+        self.trie.smear(SmearingMode.MAX)
+        self._options = dict(beam_size=beam, beam_size_token=phonemes.NUM_CLASSES, beam_threshold=beam_threshold,
+                             unk_score=-math.inf, sil_score=sil_score, log_add=False,
+                             criterion_type=CriterionType.CTC)
+        self._make = lambda **w: LexiconDecoder(LexiconDecoderOptions(**self._options, **w), self.trie, self.lm,
+                                                phonemes.SIL, phonemes.BLANK, self.unk, [], False)
+        self.set_weights(lm_weight, word_score)
+
+    def set_weights(self, lm_weight: float, word_score: float) -> None:
+        """Swap the LM weight and the word insertion score (the trie and the KenLM model are kept)."""
+        self.lm_weight, self.word_score = float(lm_weight), float(word_score)
+        self.decoder = self._make(lm_weight=self.lm_weight, word_score=self.word_score)
 
     def decode(self, logp: np.ndarray, frames: int) -> str:
         """(T, 41) log-probs, of which the first `frames` are real -> the best word sequence."""
         em = np.ascontiguousarray(np.asarray(logp[:frames], np.float32))
         result = self.decoder.decode(em.ctypes.data, em.shape[0], em.shape[1])[0]
         return " ".join(self.lexicon.words[i] for i in result.words if 0 <= i < self.unk)
+
+
+def tune_weights(decoder: WordDecoder, logprobs: np.ndarray, frames: np.ndarray, texts: Sequence[str], *,
+                 lm_weights: Sequence[float] = (0.3, 0.5, 1.0), word_scores: Sequence[float] = (0.0, 2.0)
+                 ) -> dict:
+    """Pick the LM weight and word score with the lowest WER on held-out (validation) sentences, as a cascade
+    is tuned before it is tested, and leave `decoder` set to them. Returns the choice and every grid WER."""
+    from bit import metrics
+
+    if not len(texts):
+        raise ValueError("tune_weights: no validation sentences; expected at least one")
+    grid = {}
+    for lw in lm_weights:
+        for ws in word_scores:
+            decoder.set_weights(lw, ws)
+            hyps = [decoder.decode(logprobs[i], frames[i]) for i in range(len(texts))]
+            grid[(lw, ws)] = metrics.wer(list(texts), hyps)
+    lw, ws = min(grid, key=lambda k: (grid[k], k))  # ties: the smaller LM weight
+    decoder.set_weights(lw, ws)
+    return {"lm_weight": lw, "word_score": ws, "valid_wer": grid[(lw, ws)],
+            "grid": [{"lm_weight": a, "word_score": b, "valid_wer": w} for (a, b), w in grid.items()]}

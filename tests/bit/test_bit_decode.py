@@ -143,6 +143,37 @@ def test_cascade_decodes_clean_emissions(tmp_path):
     assert cascade.greedy_words([phonemes.PHONE_ID[p] for p in ("W", "AO", "T", "ER", "Z")], lexicon) == "water"
 
 
+def _noisy_emissions(text, rng, margin=6.0, noise=1.5):
+    """4 frames per phone (phone, then 3 blanks): the right class `margin` above the rest, plus Gaussian noise."""
+    ids = phonemes.text_to_ids(text)
+    x = np.zeros((4 * len(ids), 41), np.float32)
+    x[:, 0] = margin
+    for i, c in enumerate(ids):
+        x[4 * i, c], x[4 * i, 0] = margin, 0.0
+    x += rng.normal(size=x.shape).astype(np.float32) * noise
+    return x - np.log(np.exp(x).sum(1, keepdims=True))
+
+
+def test_tune_weights_picks_the_validation_best_and_leaves_the_decoder_set(tmp_path):
+    lexicon = cascade.Lexicon(phonemes.vocabulary())
+    arpa = ngram.train_arpa(phonemes.generate_sentences(2000, 5), tmp_path / "w.arpa")
+    dec = cascade.WordDecoder(lexicon, arpa, beam=50, lm_weight=2.0)
+    rng = np.random.default_rng(0)
+    texts = phonemes.generate_sentences(12, 99)
+    em = [_noisy_emissions(t, rng) for t in texts]
+    frames = [len(e) for e in em]
+    # greedy phones are ~10 % wrong here; at LM weight 2 the beam loses the truth (most words deleted)
+    wer_at_2 = metrics.wer(texts, [dec.decode(e, f) for e, f in zip(em, frames)])
+    assert wer_at_2 > 0.5
+    got = cascade.tune_weights(dec, em, frames, texts, lm_weights=(0.5, 2.0), word_scores=(0.0,))
+    assert {(g["lm_weight"], g["word_score"]) for g in got["grid"]} == {(0.5, 0.0), (2.0, 0.0)}
+    assert got["valid_wer"] == min(g["valid_wer"] for g in got["grid"]) < 0.1
+    assert (got["lm_weight"], dec.lm_weight, dec.word_score) == (0.5, 0.5, 0.0)
+    assert metrics.wer(texts, [dec.decode(e, f) for e, f in zip(em, frames)]) == got["valid_wer"]
+    with pytest.raises(ValueError, match="no validation sentences"):
+        cascade.tune_weights(dec, [], [], [])
+
+
 def test_error_rates_hand_checked():
     assert metrics.wer(["the cat sat", "a b"], ["the cat", "a b"]) == pytest.approx(1 / 5)
     assert metrics.per([[1, 2, 3, 40]], [[1, 3, 40]]) == pytest.approx(1 / 4)
