@@ -258,7 +258,8 @@ def main(argv=None):
                 if (base, variant, seed) in done or finished_elsewhere((base, variant, seed)):
                     continue
                 t = time.time()
-                state, history, step_times = train.train_run(cfg, variant, 0, data)
+                with tempfile.TemporaryDirectory() as tmp:  # the run's checkpoints (resume is per run here)
+                    state, history, step_times = train.train_run(cfg, variant, 0, data, workdir=tmp)
                 e = train.evaluate_runs(cfg, extract, [state], data)[0]
                 histories[f"{base}/{variant}/{seed}"] = history
                 record({"base": base, "variant": variant, "seed": seed, **e, "seconds": time.time() - t,

@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from core.plots import bar_plot, line_plot
-from core.train import progress, write_metrics
+from core.train import fit, write_metrics
 
 from . import losses as L
 from .configs import VARIANTS, Config
@@ -294,34 +294,30 @@ def run_names(config: Config) -> list[tuple[str, int]]:
     return [(v, s) for v in config.variants for s in range(config.train.seeds)]
 
 
-def train_run(config: Config, variant: str, seed: int, data: dict, *, progress_bar: bool = True
-              ) -> tuple[SSLState, list[dict], list[float]]:
-    """Pretrain one (variant, seed) run. Runs with the same seed share the initial weights, the batches and
-    the augmentation keys (a paired comparison). Returns the final state, the logged metrics and step times."""
+def train_run(config: Config, variant: str, seed: int, data: dict, *, workdir: str | pathlib.Path,
+              progress_bar: bool = True) -> tuple[SSLState, list[dict], list[float]]:
+    """Pretrain one (variant, seed) run through `core.train.fit`: checkpoints every `log_every` steps under
+    `workdir` (with the clip sampler's position), so a killed run resumes there and ends where an uninterrupted
+    one ends. Runs with the same seed share the initial weights, the batches and the augmentation keys (a paired
+    comparison). Returns the final state, the logged metrics (window means) and this process's step times."""
     _, init, tx, step, _, _ = programs(_shape_key(config))
     switches = jnp.asarray([VARIANTS[variant][k] for k in SWITCHES], jnp.float32)
     labels = {k: data["train"][k] for k in ("motion", "digit")}
     sampler = ClipSampler(data["train"]["video"], labels, config.data, config.train.batch_size,
                           seed=config.train.seed + seed)
-    state = init(jax.random.key(config.train.seed + seed))
-    history, step_times = [], []
-    bar = progress(range(config.train.steps), desc=f"prednext {config.loss.base}/{variant}/seed{config.train.seed + seed}",
-                   disable=not progress_bar)
-    for i in bar:
-        item = next(sampler)
-        batch = {"clip": item["clip"], "future": item["future"]}
+    step_times: list[float] = []
+
+    def train_step(state, item):
         t = time.time()
-        state, metrics = step(state, batch, switches)
-        if (i + 1) % config.train.log_every == 0 or i + 1 == config.train.steps:
-            m = jax.device_get(metrics)
-            bad = [k for k, v in m.items() if not np.all(np.isfinite(v))]
-            if bad:
-                raise FloatingPointError(f"{variant}/seed{seed}: non-finite {bad} at step {i + 1}; lower train.lr")
-            history.append({"step": i + 1, **{k: float(v) for k, v in m.items()}})
-            bar.set_postfix(loss=f"{float(m['loss']):.3f}")
-        else:
-            jax.block_until_ready(metrics["loss"])
+        state, metrics = step(state, {"clip": item["clip"], "future": item["future"]}, switches)
+        jax.block_until_ready(metrics["loss"])
         step_times.append(time.time() - t)
+        return state, metrics
+
+    state = init(jax.random.key(config.train.seed + seed))
+    every = config.train.log_every
+    state, history = fit(state, train_step, sampler, num_steps=config.train.steps, workdir=workdir, config=config,
+                         log_every=every, ckpt_every=every, keep=1, progress_bar=progress_bar)
     return state, history, step_times
 
 
@@ -339,7 +335,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     runs = run_names(config)
     states, histories, times = [], [], []
     for variant, seed in runs:
-        state, history, step_times = train_run(config, variant, seed, data, progress_bar=progress_bar)
+        state, history, step_times = train_run(config, variant, seed, data, progress_bar=progress_bar,
+                                               workdir=workdir / "runs" / f"{variant}_seed{config.train.seed + seed}")
         states.append(state)
         histories.append(history)
         times.extend(step_times[1:] or step_times)  # without the first (compiling) step
@@ -349,7 +346,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     per_run = [{"base": config.loss.base, "variant": v, "seed": s, **e} for (v, s), e in zip(runs, evals)]
     history = [{"step": h[0]["step"], **{k: [hh[k] for hh in h] for k in h[0] if k != "step"}}
                for h in zip(*histories)]
-    median = float(np.median(times))
+    median = float(np.median(times)) if times else float("nan")  # nan: every run was restored finished
     return {"runs": per_run, "variants": summarize(per_run), "history": history,
             "speed": {"step_seconds_median": median, "steps_per_s": 1.0 / median,
                       "batch_size": config.train.batch_size},

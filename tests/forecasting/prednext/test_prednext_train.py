@@ -93,6 +93,35 @@ def test_run_tiny_writes_metrics_and_plots(tmp_path):
     assert result["history"][-1]["step"] == CFG.train.steps
 
 
+def test_interrupted_run_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    from forecasting.prednext.data import ClipSampler, make_datasets
+
+    cfg = dataclasses.replace(CFG, train=dataclasses.replace(CFG.train, steps=4, log_every=1))
+    data = make_datasets(cfg.data)
+    whole, history, _ = train.train_run(cfg, "prednext", 0, data, workdir=tmp_path / "whole", progress_bar=False)
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+
+    real_next = ClipSampler.__next__
+    calls = {"n": 0}
+
+    def dies_at_third_batch(self):  # a crash after two steps (both checkpointed), before the third
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_next(self)
+
+    monkeypatch.setattr(ClipSampler, "__next__", dies_at_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(cfg, "prednext", 0, data, workdir=tmp_path / "killed", progress_bar=False)
+    monkeypatch.setattr(ClipSampler, "__next__", real_next)
+    resumed, history, times = train.train_run(cfg, "prednext", 0, data, workdir=tmp_path / "killed",
+                                              progress_bar=False)
+    assert len(times) == 2 and [h["step"] for h in history] == [1, 2, 3, 4]  # only steps 3 and 4 ran again
+    assert int(resumed.step) == 4
+    assert_trees_close(jax.device_get(resumed.params), jax.device_get(whole.params), exact=True)
+    assert_trees_close(jax.device_get(resumed.stats), jax.device_get(whole.stats), exact=True)
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="variants"):
         dataclasses.replace(CFG, variants=("base", "magic"))
