@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.checkpoint import Checkpointer
 from core.plots import bar_plot, line_plot
 from core.train import TrainState, write_metrics
 
@@ -157,7 +158,11 @@ def _programs(config: Config, dims: tuple[int, int, int]):
 
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dict | None = None,
                        progress: bool = True) -> dict:
-    """Train all (variant, seed) runs of `config` together; returns per-run and per-variant results."""
+    """Train all (variant, seed) runs of `config` together; returns per-run and per-variant results.
+
+    After every epoch the stacked states, the best-epoch bookkeeping and the history are checkpointed under
+    `workdir/checkpoints`, so a killed run resumes at its last finished epoch and ends where an uninterrupted
+    one ends (each epoch's batch order is a function of (seed, epoch) alone)."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -182,8 +187,13 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         raise ValueError(f"train split has {n} examples: expected at least train.batch_size={bs}")
     best = [{"val_loss": np.inf, "epoch": -1, "test": None, "valid": None, "stopped": False} for _ in runs]
     history = {"train_loss": [], "val_loss": [], "test_mae": [], "terms": []}
+    checkpointer = Checkpointer(workdir / "checkpoints", keep=1, config=config)
+    first_epoch = checkpointer.latest_step() or 0
+    if first_epoch:
+        states, saved = checkpointer.restore(states)
+        best, history = saved["best"], saved["history"]
     step_times = []
-    for epoch in range(config.train.epochs):
+    for epoch in range(first_epoch, config.train.epochs):
         perms = np.stack([np.random.default_rng([int(s), epoch]).permutation(n)[: steps_per_epoch * bs]
                           .reshape(steps_per_epoch, bs) for s in seeds])
         t = time.time()
@@ -209,17 +219,20 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         history["val_loss"].append([v["loss"] for v in vals])
         history["test_mae"].append([t_.get("mae", t_.get("wacc")) for t_ in tests])
         history["terms"].append({k: np.asarray(v).tolist() for k, v in m.items()})
+        checkpointer.save(epoch + 1, states, data_state={"best": best, "history": history})
         if progress:
             print(f"[decalign] epoch {epoch + 1}/{config.train.epochs}  {time.time() - t:.1f}s  "
                   f"val loss {np.mean(history['val_loss'][-1]):.4f}  train loss {np.mean(m['loss']):.4f}", flush=True)
-    # steady-state speed: epochs after the first (which includes compilation)
+    checkpointer.close()
+    # steady-state speed: epochs after the first (which includes compilation); nan if all were restored
     later = step_times[1:] or step_times
-    run_steps_per_s = r * sum(s for _, s in later) / sum(t for t, _ in later)
+    run_steps_per_s = r * sum(s for _, s in later) / sum(t for t, _ in later) if later else float("nan")
     per_run = [{"variant": v, "seed": s, "best_epoch": b["epoch"], "val_loss": b["val_loss"], **b["test"]}
                for (v, s), b in zip(runs, best)]
     result = {"runs": per_run, "variants": summarize(per_run), "history": history,
               "speed": {"runs_in_parallel": r, "run_steps_per_s": run_steps_per_s, "batch_size": bs,
-                        "steps_per_epoch": steps_per_epoch}, "wall_seconds": time.time() - t0,
+                        "steps_per_epoch": steps_per_epoch, "epochs_run": len(step_times)},
+              "wall_seconds": time.time() - t0,
               "input_dims": list(dims)}
     return result
 

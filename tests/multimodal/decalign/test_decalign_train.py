@@ -40,6 +40,32 @@ def test_tiny_run_writes_metrics_and_plots(tmp_path):
         assert np.all(np.isfinite(terms[t])), t
 
 
+def test_interrupted_run_resumes_at_its_last_epoch_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    cfg = _sample_config()
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=3))
+    data = load_mmsa(SAMPLE)
+    whole = train.train_and_evaluate(cfg, tmp_path / "whole", data=data, progress=False)
+    assert whole["speed"]["epochs_run"] == 3
+
+    real_evaluate, calls = train.evaluate, {"n": 0}
+    evals_per_epoch = 2 * len(cfg.variants) * cfg.train.seeds  # valid + test for every run
+
+    def dies_in_epoch_2(*args, **kwargs):  # after epoch 1 was checkpointed
+        calls["n"] += 1
+        if calls["n"] > evals_per_epoch:
+            raise KeyboardInterrupt
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train, "evaluate", dies_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(cfg, tmp_path / "killed", data=data, progress=False)
+    monkeypatch.setattr(train, "evaluate", real_evaluate)
+    resumed = train.train_and_evaluate(cfg, tmp_path / "killed", data=data, progress=False)
+    assert resumed["speed"]["epochs_run"] == 2  # epochs 2 and 3 only
+    assert resumed["runs"] == whole["runs"]
+    assert resumed["history"] == whole["history"]
+
+
 def test_sharded_step_equals_single_device():
     cfg = _sample_config()
     data = load_mmsa(SAMPLE)
