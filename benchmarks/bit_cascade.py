@@ -67,6 +67,7 @@ class Bench:
         self.sim_seconds = time.time() - t0
         print(f"simulated in {self.sim_seconds:.0f}s: train {len(self.data['train']['x'])}, test "
               f"{len(self.data['test']['x'])}, pretrain {len(self.data['pretrain_human']['x'])} human", flush=True)
+        self._stratify_labelled(args.valid)
         self.num_sessions = self.cfg.data.sessions + self.cfg.data.monkey_sessions
         self.graphdef, _ = train.init_model(self.cfg, self.num_sessions, jax.random.key(0))
         self.seeds = jnp.arange(args.seeds)
@@ -82,6 +83,24 @@ class Bench:
                          "monkey_alpha0": (train.concat(human, monkey0), len(self.data["pretrain"]["x"])),
                          "human": (train.concat(human, {k: np.zeros_like(v[:len(self.data["pretrain"]["x"]) - len(human["x"])])
                                                         for k, v in human.items()}), len(human["x"]))}
+
+    def _stratify_labelled(self, valid: int):
+        """Reorder the labelled training rows so that the first n of them (a fine-tuning set) spread evenly over
+        the sessions (days), as real fine-tuning data does, and the last `valid` rows (the cascade's validation
+        sentences) are the last few sentences of every session. Without this, the first 50 or 200 rows came
+        from one or two days, and C1 compared cross-day generalisation instead of label efficiency."""
+        tr = self.data["train"]
+        sessions = np.unique(tr["session"])
+        per = [np.flatnonzero(tr["session"] == s) for s in sessions]
+        k = valid // len(sessions)
+        if k * len(sessions) != valid or min(len(p) for p in per) <= k:
+            raise ValueError(f"--valid {valid}: expected a multiple of the {len(sessions)} sessions, below the "
+                             "sentences per session")
+        pool, held = [p[:len(p) - k] for p in per], [p[len(p) - k:] for p in per]
+        order = [p[i] for i in range(max(map(len, pool))) for p in pool if i < len(p)]  # round robin over days
+        order = np.asarray(order + [i for h in held for i in h])
+        self.data["train"] = {key: v[order] for key, v in tr.items()}
+        self.data["train_text"] = [self.data["train_text"][i] for i in order]
 
     def init(self, seed):
         return train.init_model(self.cfg, self.num_sessions, jax.random.key(seed))[1]
@@ -113,7 +132,7 @@ class Bench:
         return params, np.asarray(curve)
 
     def finetune(self, name, n, init_params):
-        """CTC fine-tuning on the first n labelled sentences (scratch when init_params is None)."""
+        """CTC fine-tuning on the first n labelled sentences, spread over the days (scratch when init_params is None)."""
         t = self.cfg.train
         if self._finetune_fn is None:
             tx = train.make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
@@ -188,8 +207,8 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--word-beam", type=int, default=100)
     ap.add_argument("--valid", type=int, default=24,
-                    help="the last VALID labelled sentences (never fine-tuned on) tune the cascade's LM weight and "
-                         "word score")
+                    help="VALID labelled sentences, the last VALID / sessions of every session (never fine-tuned "
+                         "on), tune the cascade's LM weight and word score")
     ap.add_argument("--word-test", type=int, default=48)
     ap.add_argument("--stages", nargs="+", default=["c1", "c2"])
     ap.add_argument("--raw-dir", default="/tmp/bit_cascade_bench")
