@@ -3,7 +3,7 @@ C2 monkey data in pretraining with shared dynamics alpha > 0 vs alpha = 0, C3 at
 C4 the n-gram cascade vs greedy phonemes + lexicon lookup.
 
     .venv/bin/python -u benchmarks/bit_cascade.py --per-session 128 --test-per-session 10 --imagined-per-session 30 \
-        --pretrain-steps 300 --finetune-steps 200 --raw-dir /tmp/bit_cascade_bench2     # the committed run
+        --pretrain-steps 900 --finetune-steps 400 --raw-dir /tmp/bit_cascade_bench4     # the committed run
 
 One simulated world (data seed 0); seeds vary the model init, masking and batch order, vmapped in one program
 per setting. Writes benchmarks/results/bit_cascade.json (+ PNGs) and the README table between

@@ -152,7 +152,7 @@ def demo() -> Config:
 
 
 def cpu() -> Config:
-    """The claim runs (benchmarks/bit_cascade.py): d 128, 4 layers, 12 sessions x 100 sentences."""
+    """The claim runs' base (benchmarks/bit_cascade.py overrides the data sizes and steps): d 64, 2 layers."""
     return Config(data=DataConfig(), model=_CPU_MODEL,
                   train=TrainConfig(pretrain_steps=600, finetune_steps=500, batch_size=16, lr=2e-3,
                                     pretrain_lr=2e-3, warmup=50))
