@@ -361,7 +361,7 @@ def write(args, b, results, t_start, c2n):
     m = b.cfg.model
     scale.update(model=f"d {m.d_model}, {m.num_layers} layers, {m.num_heads} heads, MLP {m.mlp_dim}, patch {m.patch}, "
                        f"CTC upsample {m.ctc_upsample}", simulate_seconds=b.sim_seconds,
-                 issue_acceptance="C1-C4 over 3 seeds within 60 min on this machine; cpu preset d 128 x 4 layers",
+                 issue_acceptance="C1-C4 over 3 seeds within 60 min on this machine",
                  reductions=f"d {m.d_model} x {m.num_layers} layers (notes: d 128 x 4), {args.sessions} sessions x "
                             f"{args.per_session} sentences (notes: 12 x 200), a few hundred steps per stage")
     path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start, scale=scale,
