@@ -57,8 +57,7 @@ def layer_norm(x, scale, bias):
 def dropout(x, rate: float, key):
     if key is None or rate == 0.0:
         return x
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), 0.0)
+    return jnp.where(kernels.keep_mask(key, x.shape, rate), x / (1.0 - rate), 0.0)
 
 
 def revin_normalize(x: jax.Array, eps: float = 1e-5):

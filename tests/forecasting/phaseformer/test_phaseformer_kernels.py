@@ -87,3 +87,26 @@ def test_compiled_kernel_needs_power_of_two_blocks(inputs):
     z, u, send, receive, _ = inputs
     with pytest.raises(ValueError, match="block_n=24: the compiled"):
         kernels.routing_attention(z, u, send, receive, num_heads=2, block_n=24, interpret=False)
+
+
+def test_keep_mask_rate_independence_and_determinism():
+    """The counter-hash dropout mask keeps round(0.9 * 2^16) / 2^16 of its entries, with no structure a dropout
+    mask must not have: each position's mean over keys, adjacent-entry and lo/hi-half correlations are at noise."""
+    rate, shape = 0.1, (64, 4, 8, 24)  # 49,152 draws per mask
+    keys = jax.random.split(jax.random.key(0), 40)
+    masks = np.stack([np.asarray(kernels.keep_mask(k, shape, rate)) for k in keys]).reshape(40, -1).astype(float)
+    keep = round(0.9 * 65536) / 65536
+    n = masks.size
+    assert abs(masks.mean() - keep) < 4 * np.sqrt(keep * (1 - keep) / n)          # 4 sigma of ~2M draws
+    # every position is kept ~90 % of the time across keys (no fixed-pattern positions)
+    per_position = masks.mean(0)
+    assert per_position.min() > 0.5 and per_position.std() < 1.5 * np.sqrt(keep * (1 - keep) / 40)
+    flat = masks - masks.mean()
+    noise = 4 / np.sqrt(n)
+    assert abs((flat[:, :-1] * flat[:, 1:]).mean() / flat.var()) < noise          # neighbours
+    half = masks.shape[1] // 2
+    assert abs((flat[:, :half] * flat[:, half:2 * half]).mean() / flat.var()) < noise  # the two 16-bit halves
+    assert abs((flat[:-1] * flat[1:]).mean() / flat.var()) < noise                # consecutive keys
+    np.testing.assert_array_equal(kernels.keep_mask(keys[0], shape, rate), kernels.keep_mask(keys[0], shape, rate))
+    odd = np.asarray(kernels.keep_mask(keys[1], (3, 5, 7), 0.5))                  # odd sizes, another rate
+    assert odd.shape == (3, 5, 7) and 0.2 < odd.mean() < 0.8
