@@ -31,6 +31,7 @@ RELEASED = {
     ("ETTm1", 96): (8, 2, 8), ("ETTm1", 192): (8, 2, 8), ("ETTm1", 336): (8, 1, 8), ("ETTm1", 720): (8, 2, 8),
     ("ETTm2", 96): (8, 2, 8), ("ETTm2", 192): (8, 1, 8), ("ETTm2", 336): (8, 1, 8), ("ETTm2", 720): (8, 1, 8),
 }
+ETTH1_720_LR = 1.5e-4
 ETTM1_VARIANT_LAYERS = {96: 1, 192: 1, 336: 2, 720: 1}
 # Analytic parameter counts of the released configurations (method notes).
 PAPER_PARAMS = {
@@ -112,7 +113,9 @@ def phaseformer(dataset: str, horizon: int, *, ettm1_layers: str = "released", *
     dim, layers, routers = RELEASED[(dataset, horizon)]
     if dataset == "ETTm1" and ettm1_layers == "variant":
         layers = ETTM1_VARIANT_LAYERS[horizon]
-    lr = 1e-4 if (dataset, horizon) == ("ETTh1", 720) else 1e-3  # notes: 1e-4 or 1.5e-4; 1e-4 used here
+    # ETTh1-720: the released scripts give 1e-4 or 1.5e-4; 1.5e-4 had the lower validation loss on 3/3 seeds
+    # (0.510-0.512 vs 0.533-0.546, both still improving at epoch 30), so it is the preset; lr=1e-4 overrides it
+    lr = ETTH1_720_LR if (dataset, horizon) == ("ETTh1", 720) else 1e-3
     fields = dict(model="phaseformer", dataset=dataset, pred_len=horizon, latent_dim=dim, num_layers=layers,
                   num_routers=routers, lr=lr, batch_size=256 if dataset.startswith("ETTh") else 16,
                   loss="huber", lr_schedule="constant", epochs=30, patience=8)

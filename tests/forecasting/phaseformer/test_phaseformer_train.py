@@ -113,7 +113,7 @@ def test_presets_cover_every_setting_and_ambiguities():
         for h in configs.HORIZONS:
             for prefix in ("", "sparsetsf_", "dlinear_"):
                 assert f"{prefix}{d.lower()}_{h}" in presets
-    assert presets["etth1_720"].lr == 1e-4 and presets["etth1_96"].batch_size == 256
+    assert presets["etth1_720"].lr == 1.5e-4 and presets["etth1_336"].lr == 1e-3 and presets["etth1_96"].batch_size == 256
     assert presets["ettm1_96"].batch_size == 16 and presets["ettm1_96"].num_layers == 2
     assert presets["ettm1_336_variant"].num_layers == 2 and presets["ettm1_96_variant"].num_layers == 1
     assert presets["etth1_96"].weights == "best"
