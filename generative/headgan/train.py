@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.checkpoint import Checkpointer
 from core.train import TrainState, write_metrics
 
 from . import losses as L
@@ -64,9 +65,21 @@ def make_optimizer(config: Config) -> dict:
 
 
 def init_state(config: Config, init, tx: dict, key: jax.Array) -> TrainState:
+    """params {g, d, g_ema}: G_ema starts as a copy of G and is never optimised."""
     params = init(jax.random.fold_in(key, 0))
+    params["g_ema"] = jax.tree.map(jnp.copy, params["g"])
     return TrainState(params, {k: tx[k].init(params[k]) for k in tx}, jnp.zeros((), jnp.int32),
                       jax.random.fold_in(key, 1))
+
+
+def ema_beta(config: Config, images_seen: jax.Array) -> jax.Array:
+    """StyleGAN2-ADA/EG3D G_ema decay after `images_seen` images: half-life ema_kimg * batch / 32 thousand
+    images (EG3D's scaling), capped at ema_rampup * images_seen early on, so G_ema follows G closely at first."""
+    t = config.train
+    if t.ema_kimg == 0:
+        return jnp.zeros(())
+    half_life = jnp.minimum(t.ema_kimg * 1000.0 * t.batch_size / 32, images_seen * t.ema_rampup)
+    return 0.5 ** (t.batch_size / jnp.maximum(half_life, 1e-8))
 
 
 def downsample(x: jax.Array, factor: int) -> jax.Array:
@@ -90,7 +103,8 @@ def sample_batch(data: dict, regime: jax.Array, key: jax.Array, batch_size: int)
 
 
 def make_train_step(config: Config, graphdefs: dict, tx: dict):
-    """step(state, batch, switches) -> (state, metrics): pure; for jit, vmap over arms, scan and sharded batches."""
+    """step(state, batch, switches) -> (state, metrics): pure; for jit, vmap over arms, scan and sharded batches.
+    D and G take one Adam step each; G_ema moves toward the new G."""
     tc, mc = config.train, config.model
     factor = config.data.res // mc.raw_res
 
@@ -141,6 +155,8 @@ def make_train_step(config: Config, graphdefs: dict, tx: dict):
         for k in ("g", "d"):
             updates, new_opt[k] = tx[k].update(grads[k], state.opt_state[k], state.params[k])
             new_params[k] = optax.apply_updates(state.params[k], updates)
+        beta = ema_beta(config, ((state.step + 1) * b).astype(jnp.float32))
+        new_params["g_ema"] = jax.tree.map(lambda e, g: g + beta * (e - g), state.params["g_ema"], new_params["g"])
         metrics = {"d_loss": d_total, "g_loss": g_total, **d_metrics,
                    "fake_mask": jnp.mean(fake["mask"]), "real_mask": jnp.mean(real["mask"])}
         return TrainState(new_params, new_opt, state.step + 1, state.key), metrics
@@ -219,9 +235,16 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
     states = init_fn(jnp.stack([keys[0]] * len(arms)))
     data = stack_data(prepared)
     history = {"images_seen": [], "fd_random": {a: [] for a in arms}, "metrics": []}
-    chunk_times = []
+    # chunk_times[i] for i in compiled_in include compiling (the first chunk each process runs): not speed
+    chunk_times, compiled_in, done, wall_before = [], [0], 0, 0.0
     n_chunks = -(-tc.steps // every)
-    for c in range(n_chunks):
+    ckpt = Checkpointer(workdir / "checkpoints", keep=1, config=config)
+    if ckpt.latest_step() is not None:  # a killed run resumes after its last finished chunk
+        states, saved = ckpt.restore(states)
+        history, chunk_times, done = saved["history"], saved["chunk_times"], saved["chunks_done"]
+        compiled_in, wall_before = saved["compiled_in"] + [done], saved["wall_seconds"]
+        print(f"[headgan] resumed from {ckpt.directory} after {done} of {n_chunks} chunks", flush=True)
+    for c in range(done, n_chunks):
         t = time.time()
         states, m = chunk_fn(states, data, regimes, switches)
         m = jax.device_get(m)
@@ -233,23 +256,27 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         history["images_seen"].append(seen)
         history["metrics"].append({k: np.asarray(v).tolist() for k, v in m.items()})
         for i, a in enumerate(arms):
-            gp = jax.tree.map(lambda x: x[i], states.params["g"])
-            history["fd_random"][a].append(evaluator.fd_random(generate, gp, a, seed=c))
+            gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
+            history["fd_random"][a].append(float(evaluator.fd_random(generate, gp, a, seed=c)))
+        ckpt.save(c + 1, states, data_state={"history": history, "chunk_times": chunk_times, "chunks_done": c + 1,
+                                             "compiled_in": compiled_in,
+                                             "wall_seconds": wall_before + time.time() - t0})
         if progress:
             print(f"[headgan] {seen} images/arm  {chunk_times[-1]:.1f}s  FD-random " +
                   "  ".join(f"{a}={history['fd_random'][a][-1]:.2f}" for a in arms), flush=True)
-    later = chunk_times[1:] or chunk_times
+    ckpt.close()
+    later = [t for i, t in enumerate(chunk_times) if i not in compiled_in] or chunk_times
     imgs_per_s = len(arms) * every * tc.batch_size / float(np.mean(later))
     final = {}
     for i, a in enumerate(arms):
-        gp = jax.tree.map(lambda x: x[i], states.params["g"])
+        gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
         final[a] = evaluator.evaluate(generate, gp, a)
-    return {"arms": arms, "final": final, "history": history, "g_params": states.params["g"], "generate": generate,
+    return {"arms": arms, "final": final, "history": history, "g_params": states.params["g_ema"], "generate": generate,
             "speed": {"arms_in_parallel": len(arms), "images_per_s_all_arms": imgs_per_s,
                       "batch_size": tc.batch_size, "steps": n_chunks * every,
-                      "compile_and_first_chunk_s": chunk_times[0]},
+                      "compile_and_first_chunk_s": chunk_times[compiled_in[0]]},
             "encoders": {"semantic": prepared["semantic_info"], "features": evaluator.info},
-            "wall_seconds": time.time() - t0}
+            "wall_seconds": wall_before + time.time() - t0}
 
 
 def write_plots(result: dict, config: Config, workdir: pathlib.Path, prefix: str = "") -> list[str]:

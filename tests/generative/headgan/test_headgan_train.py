@@ -25,6 +25,10 @@ def test_tiny_run_writes_metrics_and_plots(tmp_path):
             assert np.isfinite(metrics[f"{a}/{k}"]) and metrics[f"{a}/{k}"] >= 0, (a, k)
         slug = a.replace("/", "_").replace("+", "_")
         assert (tmp_path / f"rotation_{slug}.png").stat().st_size > 1000
+        floors = {b: metrics[f"{a}/real_fd_{b}"] for b in ("front", "back")}
+        assert all(v > 0 for v in floors.values())  # a finite sample sits above the population's FD of 0
+        assert metrics[f"{a}/back_front_excess_gap"] == pytest.approx(
+            metrics[f"{a}/back_front_gap"] - floors["back"] + floors["front"])
     assert (tmp_path / "fd_random.png").stat().st_size > 1000
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["history"]["images_seen"] == [16, 32]  # 2 chunks of 2 steps x batch 8
@@ -35,8 +39,45 @@ def test_tiny_run_writes_metrics_and_plots(tmp_path):
     assert last["vicico"][1] > 0
 
 
-def test_sharded_step_equals_single_device():
+def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tmp_path, monkeypatch):
     cfg = configs.tiny()
+    full = train.train_and_evaluate(cfg, tmp_path / "full", progress=False)
+    programs = train._programs
+
+    def killed_after_one_chunk(*args):
+        *rest, chunk_fn, generate = programs(*args)
+        calls = []
+
+        def chunk(*a):
+            if calls:
+                raise KeyboardInterrupt("killed")
+            calls.append(1)
+            return chunk_fn(*a)
+        return (*rest, chunk, generate)
+
+    monkeypatch.setattr(train, "_programs", killed_after_one_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(cfg, tmp_path / "killed", progress=False)
+    monkeypatch.setattr(train, "_programs", programs)
+    resumed = train.train_and_evaluate(cfg, tmp_path / "killed", progress=False)
+    assert resumed["history"]["images_seen"] == full["history"]["images_seen"] == [16, 32]
+    assert resumed["history"]["fd_random"] == full["history"]["fd_random"]
+    assert resumed["final"] == full["final"]
+    for a, b in zip(jax.tree.leaves(full["g_params"]), jax.tree.leaves(resumed["g_params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_ema_beta_schedule():
+    cfg = configs.tiny()  # batch 8: half-life min(10k * 8 / 32, 0.05 * images seen) images
+    for seen, half_life in ((8, 0.4), (800, 40.0), (1e6, 2500.0)):
+        np.testing.assert_allclose(float(train.ema_beta(cfg, jnp.float32(seen))), 0.5 ** (8 / half_life), rtol=1e-6)
+    off = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, ema_kimg=0.0))
+    assert float(train.ema_beta(off, jnp.float32(1e6))) == 0.0
+
+
+def test_sharded_step_equals_single_device():
+    cfg = configs.tiny()  # a fast ramp-up, so that G_ema's first step is far from a copy of G
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, ema_rampup=10.0))
     graphdefs, init = train.make_models(cfg)
     tx = {"g": optax.sgd(0.05), "d": optax.sgd(0.05)}  # SGD: Adam's first step amplifies rounding noise
     state = train.init_state(cfg, init, tx, jax.random.key(0))
@@ -58,6 +99,15 @@ def test_sharded_step_equals_single_device():
         np.testing.assert_allclose(np.asarray(m8[k]), np.asarray(m1[k]), rtol=1e-4, atol=1e-5, err_msg=k)
     for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(sharded.params)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+    # G_ema after the first step: beta * G_0 + (1 - beta) * G_1, with beta from 8 images seen
+    beta = float(train.ema_beta(cfg, jnp.float32(8)))
+    np.testing.assert_allclose(beta, 0.5 ** (8 / 80), rtol=1e-6)
+    for g0, g1, e1 in zip(*(jax.tree.leaves(p) for p in (state.params["g"], single.params["g"],
+                                                         single.params["g_ema"]))):
+        np.testing.assert_allclose(np.asarray(e1), beta * np.asarray(g0) + (1 - beta) * np.asarray(g1),
+                                   rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.asarray(jax.tree.leaves(single.params["g"])[0]),
+                           np.asarray(jax.tree.leaves(state.params["g"])[0]))
     assert float(m1["vicico"]) > 0 and float(m1["r1"]) > 0
 
 
