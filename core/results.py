@@ -25,12 +25,14 @@ def claim(id: str, statement: str, held: bool, evidence: str) -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    """The checked-out commit, with `+dirty` when the tree has uncommitted changes."""
+    """The checked-out commit, with `+dirty` when code has uncommitted changes (a benchmark's own outputs under
+    benchmarks/results, written before its JSON, do not count)."""
     root = RESULTS_DIR.parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"], cwd=root,
                                capture_output=True, text=True).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
