@@ -22,6 +22,7 @@ from flax import nnx
 
 from core.checkpoint import Checkpointer
 from core.train import TrainState, write_metrics
+from core.train import progress as progress_bar  # `progress` is this module's flag
 
 from . import losses as L
 from .configs import MODES, REGIMES, Config, parse_arm
@@ -244,6 +245,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         history, chunk_times, done = saved["history"], saved["chunk_times"], saved["chunks_done"]
         compiled_in, wall_before = saved["compiled_in"] + [done], saved["wall_seconds"]
         print(f"[headgan] resumed from {ckpt.directory} after {done} of {n_chunks} chunks", flush=True)
+    bar = progress_bar(total=n_chunks * every * tc.batch_size, initial=done * every * tc.batch_size,
+                       desc="headgan images/arm", disable=not progress)
     for c in range(done, n_chunks):
         t = time.time()
         states, m = chunk_fn(states, data, regimes, switches)
@@ -261,9 +264,11 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         ckpt.save(c + 1, states, data_state={"history": history, "chunk_times": chunk_times, "chunks_done": c + 1,
                                              "compiled_in": compiled_in,
                                              "wall_seconds": wall_before + time.time() - t0})
+        bar.update(every * tc.batch_size)
         if progress:
-            print(f"[headgan] {seen} images/arm  {chunk_times[-1]:.1f}s  FD-random " +
-                  "  ".join(f"{a}={history['fd_random'][a][-1]:.2f}" for a in arms), flush=True)
+            bar.write(f"[headgan] {seen} images/arm  {chunk_times[-1]:.1f}s  FD-random " +
+                      "  ".join(f"{a}={history['fd_random'][a][-1]:.2f}" for a in arms))
+    bar.close()
     ckpt.close()
     later = [t for i, t in enumerate(chunk_times) if i not in compiled_in] or chunk_times
     imgs_per_s = len(arms) * every * tc.batch_size / float(np.mean(later))
