@@ -1,11 +1,12 @@
 """BalanceHead's conditioning study on HeadsLite renders (paper 3's central claims), all arms in one process.
 
-    nice -n 10 .venv/bin/python benchmarks/headgan.py                 # the committed run (see scale in JSON)
-    .venv/bin/python benchmarks/headgan.py --set data.res=32 model.raw_res=16 --steps 20000 --batch 32  # GPU
+    .venv/bin/python -u benchmarks/headgan.py               # the committed run: seeds 0,1 (see scale in JSON)
+    .venv/bin/python benchmarks/headgan.py --seeds 0,1,2 --steps 20000 --batch 32  # GPU
 
 Arms: camera vs semantic conditioning on imbalanced and balanced data (the 2x2 grid) and semantic + ViCiCo on
-balanced data, trained together (vmapped, one compiled program, the same initialisation). Writes
-benchmarks/results/headgan.json, headgan_fd_random.png, headgan_rotation_<arm>.png and the README table.
+balanced data, trained together (vmapped, one compiled program, the same initialisation within a seed); each seed
+trains all arms once and claims are decided on the seed means. Writes benchmarks/results/headgan.json,
+headgan_fd_random.png, headgan_rotation_<arm>.png (first seed) and the README table.
 """
 
 from __future__ import annotations
