@@ -220,6 +220,11 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
         "test_windows": data.num_windows("test"), "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - start,
     }
+    if config.weights == "best":
+        # the other checkpoint convention (the Lightning code tests the last epoch's weights), reported beside, never
+        # used to choose anything
+        test_last = eval_test(params, jnp.asarray(data.test))
+        metrics.update(mse_last=float(test_last["mse"]), mae_last=float(test_last["mae"]))
     return TrainResult(params=final, graphdef=graphdef, history=history, metrics=metrics, data=data)
 
 

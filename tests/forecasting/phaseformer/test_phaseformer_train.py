@@ -24,6 +24,12 @@ def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):
     assert metrics["test_windows"] == 2880 - 24 + 1  # every test window, no drop_last
     assert np.isfinite(metrics["mse"]) and 0 < metrics["mse"] < 3
     assert metrics["params"] == model_lib.count_params(train.build_model(config, jax.random.key(0)))
+    # the last epoch's weights are scored beside the best-validation ones; equal when the best epoch is the last
+    assert np.isfinite(metrics["mse_last"]) and np.isfinite(metrics["mae_last"])
+    if metrics["best_epoch"] == metrics["epochs_run"]:
+        assert metrics["mse_last"] == pytest.approx(metrics["mse"]) and metrics["mae_last"] == pytest.approx(metrics["mae"])
+    else:
+        assert metrics["mse_last"] != pytest.approx(metrics["mse"], rel=1e-7)
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["mse"] == pytest.approx(metrics["mse"])
     assert (tmp_path / "forecast.png").stat().st_size > 0 and (tmp_path / "loss.png").stat().st_size > 0
@@ -98,7 +104,7 @@ def test_config_errors_and_overrides():
     config = EXPERIMENT.presets["etth1_96"]
     assert apply_overrides(config, ["use_kernel=true"]).use_kernel is True
     with pytest.raises(ConfigError, match="latent_dim=6: expected a multiple of num_heads=4"):
-        apply_overrides(config, ["latent_dim=6"])
+        apply_overrides(config, ["num_heads=4", "latent_dim=6"])
     with pytest.raises(ConfigError, match="dropout=1.5"):
         apply_overrides(config, ["dropout=1.5"])
     with pytest.raises(ConfigError, match="weights"):
@@ -113,7 +119,10 @@ def test_presets_cover_every_setting_and_ambiguities():
         for h in configs.HORIZONS:
             for prefix in ("", "sparsetsf_", "dlinear_"):
                 assert f"{prefix}{d.lower()}_{h}" in presets
-    assert presets["etth1_720"].lr == 1.5e-4 and presets["etth1_336"].lr == 1e-3 and presets["etth1_96"].batch_size == 256
+    assert presets["etth1_720"].lr == 1e-4 and presets["etth1_336"].lr == 1e-3
+    # the released scripts: one head, batch 16 and a training loader with drop_last on every dataset
+    for name in ("etth1_96", "etth2_720", "ettm1_96", "ettm2_336"):
+        assert (presets[name].num_heads, presets[name].batch_size, presets[name].train_drop_last) == (1, 16, True)
     assert presets["ettm1_96"].batch_size == 16 and presets["ettm1_96"].num_layers == 2
     assert presets["ettm1_336_variant"].num_layers == 2 and presets["ettm1_96_variant"].num_layers == 1
     assert presets["etth1_96"].weights == "best"
