@@ -9,7 +9,7 @@ tiles of ``(P_pad, block_n)`` and computes, for its series,
     B  = MHA(Q = U, K = Z, V = Z)       (routers aggregate, softmax over the P phases)
     Z' = MHA(Q = Z, K = B, V = B)       (routers distribute, softmax over the R routers)
 
-as scalar-times-tile products and reductions (no 3-D dots: with head width D / h = 1 or 2 there is nothing for a
+as scalar-times-tile products and reductions (no 3-D dots: with head width D / h <= 8 there is nothing for a
 matrix unit to do). It writes Z' (before the residual / LayerNorm, which stay in XLA). The router queries
 ``q1 = (U Wq + bq) / sqrt(dh)`` depend on weights alone and are computed outside. Gradients come through
 ``jax.custom_vjp``: the backward pass is a second Pallas kernel whose body is the VJP of the same block function;
