@@ -46,7 +46,7 @@ PAPER_PARAMS = {
 class Config:
     """One training run of one model on one (dataset, horizon). Defaults: PhaseFormer on ETTh2-96 as released, except
     ``train_drop_last``: the released loader drops the last partial training batch and so do the ``phaseformer()``
-    presets, while the default keeps it, as the baselines' TSL loaders do."""
+    presets, while the default (used by the baselines) keeps it as a masked step, as the current TSL loader does."""
 
     model: Literal["phaseformer", "sparsetsf", "dlinear"] = "phaseformer"
     dataset: str = "ETTh1"            # an ETT name (shipped) or a path to a CSV in the same layout
