@@ -27,7 +27,8 @@ def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):
     # the last epoch's weights are scored beside the best-validation ones; equal when the best epoch is the last
     assert np.isfinite(metrics["mse_last"]) and np.isfinite(metrics["mae_last"])
     if metrics["best_epoch"] == metrics["epochs_run"]:
-        assert metrics["mse_last"] == pytest.approx(metrics["mse"]) and metrics["mae_last"] == pytest.approx(metrics["mae"])
+        assert metrics["mse_last"] == pytest.approx(metrics["mse"])
+        assert metrics["mae_last"] == pytest.approx(metrics["mae"])
     else:
         assert metrics["mse_last"] != pytest.approx(metrics["mse"], rel=1e-7)
     saved = json.loads((tmp_path / "metrics.json").read_text())
