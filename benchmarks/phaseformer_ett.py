@@ -19,7 +19,7 @@ copied into the runs folder afterwards and aggregated with ``--render-only``.
 
 ``--workers N`` trains N runs at a time in N child processes, each pinned to one core with a single-threaded XLA
 (a PhaseFormer step at batch 16 is op-overhead bound: one core runs it as fast as two, so two processes double the
-throughput); children claim jobs through lock files, longest first. A ``--workers`` invocation that trains all 16
+throughput); children claim jobs through lock files, longest first. A ``--workers`` invocation of one seed that trains all 16
 PhaseFormer settings of a seed on the CPU records its wall time in ``phaseformer_ett_runs/speed/``, which the speed
 claim reads.
 """
@@ -451,7 +451,8 @@ def main(argv=None):
             wall = run_workers(argv if argv is not None else sys.argv[1:], jobs, args.workers)
             for seed in seeds:
                 trained = {(d, h) for (m, d, h, s) in todo if m == "phaseformer" and s == seed}
-                if models == ["phaseformer"] and trained == set(SETTINGS) and runs_dir is None:
+                # the wall time is one seed's only when the invocation trained one seed
+                if models == ["phaseformer"] and len(seeds) == 1 and trained == set(SETTINGS) and runs_dir is None:
                     rows = [json.loads(run_path("phaseformer", d, h, seed).read_text()) for d, h in SETTINGS]
                     if all(r.get("device") == "cpu" for r in rows):
                         SPEED.mkdir(parents=True, exist_ok=True)
