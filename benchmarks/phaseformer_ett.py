@@ -19,9 +19,9 @@ copied into the runs folder afterwards and aggregated with ``--render-only``.
 
 ``--workers N`` trains N runs at a time in N child processes, each pinned to one core with a single-threaded XLA
 (a PhaseFormer step at batch 16 is op-overhead bound: one core runs it as fast as two, so two processes double the
-throughput); children claim jobs through lock files, longest first. A ``--workers`` invocation of one seed that trains all 16
-PhaseFormer settings of a seed on the CPU records its wall time in ``phaseformer_ett_runs/speed/``, which the speed
-claim reads.
+throughput); children claim jobs through lock files, longest first. A ``--workers`` invocation that trains all 16
+PhaseFormer settings of one seed (and only that seed) on the CPU records its wall time in
+``phaseformer_ett_runs/speed/``, which the speed claim reads.
 """
 
 from __future__ import annotations
