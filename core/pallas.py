@@ -38,3 +38,30 @@ def lowers_for_cuda(fn: Callable, *args) -> str:
     exported = export.export(jax.jit(fn), platforms=["cuda"],
                              disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)])(*args)
     return exported.mlir_module()
+
+
+def triton_modules(fn: Callable, *args) -> list[str]:
+    """The Triton IR (TTIR) of each Pallas kernel that ``fn(*args)`` lowers to for a CUDA GPU, as text, in lowering
+    order (for a gradient through a custom VJP: the forward kernel, then the backward one). Runs on any host; the
+    size of these programs is what Triton's compile time grows with. Reads the pinned jax's Triton lowering
+    (a private module), so a jax upgrade may need this updated."""
+    from unittest import mock
+
+    from jax._src.pallas.triton import lowering
+
+    modules = []
+    lower = lowering.lower_jaxpr_to_triton_module
+
+    def capture(*a, **kw):
+        result = lower(*a, **kw)
+        modules.append(result.module.operation.get_asm())
+        return result
+
+    with mock.patch.object(lowering, "lower_jaxpr_to_triton_module", capture):
+        lowers_for_cuda(fn, *args)
+    return modules
+
+
+def op_count(module_text: str) -> int:
+    """Operations in a printed MLIR module that define a value (every op but stores, yields and returns)."""
+    return sum(" = " in line for line in module_text.splitlines())

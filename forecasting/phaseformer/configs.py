@@ -62,7 +62,7 @@ class Config:
     dropout: float = 0.1
     revin_eps: float = 1e-5
     use_kernel: bool = False          # the fused Pallas routing kernel instead of the pure-JAX reference
-    kernel_block: int = 128           # series per kernel grid step (lane axis)
+    kernel_block: int = 0             # series per kernel grid step; 0: 128 interpreted, 8 compiled
     kernel_interpret: bool = True     # Pallas interpret mode (required on CPU)
     # SparseTSF
     sparse_period: int = 24
@@ -87,14 +87,14 @@ class Config:
         check(self.model in ("phaseformer", "sparsetsf", "dlinear"), "model", self.model,
               "'phaseformer', 'sparsetsf' or 'dlinear'")
         for name in ("seq_len", "pred_len", "period", "latent_dim", "num_layers", "num_routers", "num_heads",
-                     "sparse_period", "moving_avg", "batch_size", "eval_batch_size", "epochs", "patience",
-                     "kernel_block"):
+                     "sparse_period", "moving_avg", "batch_size", "eval_batch_size", "epochs", "patience"):
             check(getattr(self, name) >= 1, name, getattr(self, name), "a positive integer")
         check(self.latent_dim % self.num_heads == 0, "latent_dim", self.latent_dim,
               f"a multiple of num_heads={self.num_heads}")
         check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "a rate in [0, 1)")
         check(self.lr > 0, "lr", self.lr, "a positive learning rate")
         check(self.huber_delta > 0, "huber_delta", self.huber_delta, "a positive number")
+        check(self.kernel_block >= 0, "kernel_block", self.kernel_block, ">= 0 (0 = automatic)")
         check(self.max_train_windows >= 0, "max_train_windows", self.max_train_windows, ">= 0 (0 = all)")
         check(self.moving_avg % 2 == 1, "moving_avg", self.moving_avg, "an odd kernel size")
         if self.model == "sparsetsf":

@@ -96,70 +96,127 @@ def routing_attention_reference(z: jax.Array, routers: jax.Array, send: MHAWeigh
     return _mha_reference(z, buffer, receive, num_heads, m2)
 
 
-def _project(tiles, w, b):
-    """tiles: D inputs (each a tile or a lane vector); w (D, D) and b (D,) nested lists of scalars -> D outputs."""
-    d = len(tiles)
-    return [sum(tiles[i] * w[i][j] for i in range(d)) + b[j] for j in range(d)]
+def _head_indicators(d: int, num_heads: int):
+    """Per head, a (D, 1) 0/1 column marking its channels; None for one head (every channel)."""
+    if num_heads == 1:
+        return None
+    dh = d // num_heads
+    chan = jax.lax.broadcasted_iota(jnp.int32, (d, 1), 0)
+    return [((chan >= i * dh) & (chan < (i + 1) * dh)).astype(jnp.float32) for i in range(num_heads)]
 
 
-def route_planes(z, q1, send, receive, m1, m2, *, num_heads: int, num_phases: int):
-    """The kernel's block function (written independently of the reference: other layout, other order).
-
-    z: D tiles (P_pad, n); q1: R x D scalars (scaled router queries); send: (wk, bk, wv, bv, wo, bo) and receive:
-    (wq, bq, wk, bk, wv, bv, wo, bo) as nested lists of scalars; m1, m2: None or h x R tiles (P_pad, n), the
-    dropout masks of the aggregate and distribute maps. Rows >= num_phases of z are padding. Returns D tiles.
-    """
-    d, r, h = len(z), len(q1), num_heads
-    dh = d // h
-    scale = 1.0 / math.sqrt(dh)
-    heads = [range(i * dh, (i + 1) * dh) for i in range(h)]
-    valid = jax.lax.broadcasted_iota(jnp.int32, z[0].shape, 0) < num_phases
-    wk, bk, wv, bv, wo, bo = send
-    k1, v1 = _project(z, wk, bk), _project(z, wv, bv)
-    # stage 1: each router attends over the phases of each series
-    buf = [[None] * d for _ in range(r)]
-    for hi, cols in enumerate(heads):
-        for ri in range(r):
-            s = sum(k1[c] * q1[ri][c] for c in cols)
-            s = jnp.where(valid, s, -jnp.inf)
-            e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=0, keepdims=True)))
-            a = e / jnp.sum(e, axis=0, keepdims=True)
-            if m1 is not None:
-                a = a * m1[hi][ri]
-            for c in cols:
-                buf[ri][c] = jnp.sum(a * v1[c], axis=0, keepdims=True)  # (1, n)
-    buf = [_project(row, wo, bo) for row in buf]
-    wq, bq, wk, bk, wv, bv, wo, bo = receive
-    q2 = [t * scale for t in _project(z, wq, bq)]
-    k2 = [_project(row, wk, bk) for row in buf]
-    v2 = [_project(row, wv, bv) for row in buf]
-    # stage 2: each phase attends over the routers
-    out = [None] * d
-    for hi, cols in enumerate(heads):
-        s = [sum(q2[c] * k2[ri][c] for c in cols) for ri in range(r)]
-        top = jax.lax.stop_gradient(functools.reduce(jnp.maximum, s))
-        e = [jnp.exp(si - top) for si in s]
-        total = sum(e)
-        a = [ei / total for ei in e]
-        if m2 is not None:
-            a = [ai * m2[hi][ri] for ri, ai in enumerate(a)]
-        for c in cols:
-            out[c] = sum(a[ri] * v2[ri][c] for ri in range(r))
-    return _project(out, wo, bo)
+def _head_sums(x, heads):
+    """x (D, ...) -> per head, the sum over its channels (axis 0 dropped)."""
+    if heads is None:
+        return [jnp.sum(x, axis=0)]
+    return [jnp.sum(x * ind.reshape(ind.shape + (1,) * (x.ndim - 2)), axis=0) for ind in heads]
 
 
-def _scalars(ref):
-    """A weight ref as nested lists of scalar loads (Triton loads a scalar per static index)."""
-    if len(ref.shape) == 1:
-        return [ref[i] for i in range(ref.shape[0])]
-    return [[ref[i, j] for j in range(ref.shape[1])] for i in range(ref.shape[0])]
+def _spread(per_head, heads):
+    """The inverse layout of :func:`_head_sums`: per-head arrays (...) -> (D, ...), each channel its head's."""
+    if heads is None:
+        return per_head[0][None]
+    return sum(ind.reshape(ind.shape + (1,) * (per_head[0].ndim - 1)) * x[None] for ind, x in zip(heads, per_head))
 
 
-def _tiles(ref, *lead):
-    """A planar ref (lead..., P_pad, n) as nested lists of (P_pad, n) tiles."""
-    if not lead:
-        return [ref[i] for i in range(ref.shape[0])]
-    return [[ref[i, j] for j in range(ref.shape[1])] for i in range(ref.shape[0])]
+def _project(rows, w, b):
+    """rows (D, n) -> w^T rows + b: (D_in, D_out, 1) * (D_in, 1, n) summed over D_in (no dot: D < 16)."""
+    return jnp.sum(w[:, :, None] * rows[:, None, :], axis=0) + b
+
+
+def _project_back(rows, w):
+    """The transpose of :func:`_project`: rows (D_out, n) -> w rows (D_in, n)."""
+    return jnp.sum(w[:, :, None] * rows[None, :, :], axis=1)
+
+
+def _aggregate(k1, v1, q, m1_ref, r, heads, valid):
+    """Stage 1 for router r (a traced index) with scaled query q (D, 1, 1): per head, a softmax over the valid
+    phases of q . k1, times the dropout mask. Returns the router's row b0 (D, n) (before the send output
+    projection) and the per-head softmaxes and masked weights (P_pad, n) for the backward pass."""
+    scores = [jnp.where(valid, s, -jnp.inf) for s in _head_sums(k1 * q, heads)]
+    probs = [e / jnp.sum(e, axis=0, keepdims=True)
+             for e in (jnp.exp(s - jnp.max(s, axis=0, keepdims=True)) for s in scores)]
+    weights = probs if m1_ref is None else [p * m1_ref[hi, r] for hi, p in enumerate(probs)]
+    return jnp.sum(_spread(weights, heads) * v1, axis=1), probs, weights
+
+
+def _forward_kernel(num_heads, num_phases, num_routers, has_mask):
+    def kernel(k1_ref, v1_ref, q2_ref, q1_ref, wk_ref, bk_ref, wv_ref, bv_ref, *refs):
+        m1_ref, m2_ref = refs[:2] if has_mask else (None, None)
+        o_ref, lse_ref = refs[-2:]
+        d, p_pad, n = k1_ref.shape
+        heads = _head_indicators(d, num_heads)
+        valid = jax.lax.broadcasted_iota(jnp.int32, (p_pad, n), 0) < num_phases
+
+        def router(r, carry):  # stage 1 for router r, then its term of stage 2's online softmax over routers
+            acc, top, total = carry
+            # the planes are re-read from cache every iteration instead of held in registers across the loop
+            b0, _, _ = _aggregate(k1_ref[...], v1_ref[...], q1_ref[r][:, :, None], m1_ref, r, heads, valid)
+            k2, v2 = _project(b0, wk_ref[...], bk_ref[...]), _project(b0, wv_ref[...], bv_ref[...])
+            scores = _head_sums(q2_ref[...] * k2[:, None, :], heads)
+            new_top = [jnp.maximum(t, s) for t, s in zip(top, scores)]
+            rescale = [jnp.exp(t - nt) for t, nt in zip(top, new_top)]
+            e = [jnp.exp(s - nt) for s, nt in zip(scores, new_top)]
+            total = [t * a + ei for t, a, ei in zip(total, rescale, e)]
+            weights = e if m2_ref is None else [ei * m2_ref[hi, r] for hi, ei in enumerate(e)]
+            acc = acc * _spread(rescale, heads) + _spread(weights, heads) * v2[:, None, :]
+            return acc, new_top, total
+
+        zeros = jnp.zeros((p_pad, n), jnp.float32)
+        init = (jnp.zeros((d, p_pad, n), jnp.float32), [jnp.full((p_pad, n), -jnp.inf)] * num_heads,
+                [zeros] * num_heads)
+        acc, top, total = jax.lax.fori_loop(0, num_routers, router, init)
+        o_ref[...] = acc / _spread(total, heads)
+        for hi in range(num_heads):
+            lse_ref[hi] = top[hi] + jnp.log(total[hi])
+
+    return kernel
+
+
+def _backward_kernel(num_heads, num_phases, num_routers, has_mask):
+    def kernel(k1_ref, v1_ref, q2_ref, q1_ref, wk_ref, bk_ref, wv_ref, bv_ref, *refs):
+        m1_ref, m2_ref = refs[:2] if has_mask else (None, None)
+        refs = refs[2:] if has_mask else refs
+        o_ref, lse_ref, do_ref, dk1_ref, dv1_ref, dq2_ref, b0_ref, dk2_ref, dv2_ref, dq1_ref = refs
+        d, p_pad, n = k1_ref.shape
+        heads = _head_indicators(d, num_heads)
+        valid = jax.lax.broadcasted_iota(jnp.int32, (p_pad, n), 0) < num_phases
+        # stage 2's sum over routers of softmax * dP is dO . O (flash attention's "delta"), per head
+        delta2 = _head_sums(do_ref[...] * o_ref[...], heads)
+
+        def router(r, carry):
+            dk1, dv1, dq2 = carry
+            k1, v1, q2, do = k1_ref[...], v1_ref[...], q2_ref[...], do_ref[...]
+            q = q1_ref[r][:, :, None]
+            wk, wv = wk_ref[...], wv_ref[...]
+            b0, probs1, weights1 = _aggregate(k1, v1, q, m1_ref, r, heads, valid)
+            k2, v2 = _project(b0, wk, bk_ref[...]), _project(b0, wv, bv_ref[...])
+            # stage 2, softmax over the routers, recomputed from the saved log-sum-exp
+            probs2 = [jnp.exp(s - lse_ref[hi]) for hi, s in enumerate(_head_sums(q2 * k2[:, None, :], heads))]
+            masks2 = [None if m2_ref is None else m2_ref[hi, r] for hi in range(num_heads)]
+            weights2 = [p if m is None else p * m for p, m in zip(probs2, masks2)]
+            d_weights2 = _head_sums(do * v2[:, None, :], heads)
+            ds2 = _spread([p * ((dw if m is None else dw * m) - dl)
+                           for p, dw, m, dl in zip(probs2, d_weights2, masks2, delta2)], heads)
+            dv2 = jnp.sum(_spread(weights2, heads) * do, axis=1)
+            dk2 = jnp.sum(ds2 * q2, axis=1)
+            dq2 = dq2 + ds2 * k2[:, None, :]
+            db0 = _project_back(dk2, wk) + _project_back(dv2, wv)
+            # stage 1, softmax over the phases; sum over phases of softmax * dP is db0 . b0, per head
+            d_weights1 = _head_sums(v1 * db0[:, None, :], heads)
+            delta1 = [x[None] for x in _head_sums(db0 * b0, heads)]
+            ds1 = _spread([p * ((dw if m1_ref is None else dw * m1_ref[hi, r]) - dl)
+                           for hi, (p, dw, dl) in enumerate(zip(probs1, d_weights1, delta1))], heads)
+            dv1 = dv1 + _spread(weights1, heads) * db0[:, None, :]
+            dk1 = dk1 + ds1 * q
+            # per-series rows; the weight gradients are their products, summed over series outside
+            b0_ref[r], dk2_ref[r], dv2_ref[r], dq1_ref[r] = b0, dk2, dv2, jnp.sum(ds1 * k1, axis=1)
+            return dk1, dv1, dq2
+
+        zeros = jnp.zeros((d, p_pad, n), jnp.float32)
+        dk1_ref[...], dv1_ref[...], dq2_ref[...] = jax.lax.fori_loop(0, num_routers, router, (zeros,) * 3)
+
+    return kernel
 
 
 def _plane_spec(shape, block_n):
@@ -170,104 +227,53 @@ def _full_spec(shape):
     return pl.BlockSpec(shape, lambda i, _n=len(shape): (0,) * _n)
 
 
-def _call(kernel, inputs, in_specs, out_shape, out_specs, grid, interpret, num_warps):
-    return pl.pallas_call(kernel, grid=(grid,), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                          interpret=interpret,
+def _call(kernel, inputs, out_shape, block_n, interpret, num_warps):
+    """inputs: three planes (blocked over N), the replicated q1 and four weights, then more blocked arrays
+    (masks, residuals); every output is blocked over N."""
+    n = inputs[0].shape[-1]
+    in_specs = [_full_spec(x.shape) if 3 <= i < 8 else _plane_spec(x.shape, block_n) for i, x in enumerate(inputs)]
+    return pl.pallas_call(kernel, grid=(n // block_n,), in_specs=in_specs, out_shape=out_shape,
+                          out_specs=[_plane_spec(s.shape, block_n) for s in out_shape], interpret=interpret,
                           compiler_params=None if interpret else core_pallas.gpu_compiler_params(num_warps))(*inputs)
 
 
-def _unpack(refs, n_weights, has_mask):
-    """refs = z, q1, 6 send + 8 receive weights, [m1, m2], ... -> (z tiles, q1, send, receive, m1, m2, rest)."""
-    z = _tiles(refs[0])
-    q1 = _scalars(refs[1])
-    w = [_scalars(ref) for ref in refs[2:2 + n_weights]]
-    pos = 2 + n_weights
-    m1 = m2 = None
-    if has_mask:
-        m1, m2 = _tiles(refs[pos], 0), _tiles(refs[pos + 1], 0)
-        pos += 2
-    return z, q1, tuple(w[:6]), tuple(w[6:]), m1, m2, refs[pos:]
+def _forward_call(planes, q1, weights, masks, num_heads, num_phases, block_n, interpret, num_warps):
+    d, p_pad, n = planes[0].shape
+    inputs = [*planes, q1, *weights] + (list(masks) if masks is not None else [])
+    out_shape = [jax.ShapeDtypeStruct((d, p_pad, n), jnp.float32),
+                 jax.ShapeDtypeStruct((num_heads, p_pad, n), jnp.float32)]
+    kernel = _forward_kernel(num_heads, num_phases, q1.shape[0], masks is not None)
+    return _call(kernel, inputs, out_shape, block_n, interpret, num_warps)
 
 
-def _forward_call(z, q1, send, receive, masks, num_heads, num_phases, block_n, interpret, num_warps):
-    d, _, n = z.shape
-    weights = list(send) + list(receive)
-    has_mask = masks is not None
-    inputs = [z, q1, *weights] + (list(masks) if has_mask else [])
-    in_specs = ([_plane_spec(z.shape, block_n), _full_spec(q1.shape)] + [_full_spec(w.shape) for w in weights]
-                + ([_plane_spec(m.shape, block_n) for m in masks] if has_mask else []))
-
-    def kernel(*refs):
-        zt, q1s, sw, rw, m1, m2, (out_ref,) = _unpack(refs, len(weights), has_mask)
-        out = route_planes(zt, q1s, sw, rw, m1, m2, num_heads=num_heads, num_phases=num_phases)
-        for c in range(d):
-            out_ref[c] = out[c]
-
-    return _call(kernel, inputs, in_specs, jax.ShapeDtypeStruct(z.shape, z.dtype), _plane_spec(z.shape, block_n),
-                 n // block_n, interpret, num_warps)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _routing_core(planes, q1, weights, masks, num_heads, num_phases, block_n, interpret, num_warps):
+    """(k1, v1, q2) planes (D, P_pad, N), q1 (R, D, 1), weights (wk2, bk2, wv2, bv2) ((D, D), (D, 1) each) acting
+    on the router rows -> the distributed values (D, P_pad, N), before the receive output projection."""
+    return _forward_call(planes, q1, weights, masks, num_heads, num_phases, block_n, interpret, num_warps)[0]
 
 
-def _backward_call(z, q1, send, receive, masks, g, num_heads, num_phases, block_n, interpret, num_warps):
-    d, _, n = z.shape
-    grid = n // block_n
-    weights = list(send) + list(receive)
-    has_mask = masks is not None
-    inputs = [z, q1, *weights] + (list(masks) if has_mask else []) + [g]
-    in_specs = ([_plane_spec(z.shape, block_n), _full_spec(q1.shape)] + [_full_spec(w.shape) for w in weights]
-                + ([_plane_spec(m.shape, block_n) for m in masks] if has_mask else [])
-                + [_plane_spec(g.shape, block_n)])
-    partial_shapes = [q1.shape] + [w.shape for w in weights]  # per-grid-step partial gradients, summed outside
-    out_shape = [jax.ShapeDtypeStruct(z.shape, z.dtype)] + [
-        jax.ShapeDtypeStruct((grid,) + s, jnp.float32) for s in partial_shapes]
-    out_specs = [_plane_spec(z.shape, block_n)] + [
-        pl.BlockSpec((None,) + s, lambda i, _n=len(s): (i,) + (0,) * _n) for s in partial_shapes]
-
-    def kernel(*refs):
-        zt, q1s, sw, rw, m1, m2, rest = _unpack(refs, len(weights), has_mask)
-        g_tiles = _tiles(rest[0])
-        outs = rest[1:]
-
-        def f(z_, q1_, sw_, rw_):
-            return route_planes(z_, q1_, sw_, rw_, m1, m2, num_heads=num_heads, num_phases=num_phases)
-
-        _, vjp = jax.vjp(f, zt, q1s, sw, rw)
-        dz, dq1, dsw, drw = vjp(g_tiles)
-        for c in range(d):
-            outs[0][c] = dz[c]
-        for ref, grad in zip(outs[1:], [dq1] + list(dsw) + list(drw)):
-            if len(ref.shape) == 1:
-                for i, val in enumerate(grad):
-                    ref[i] = val
-            else:
-                for i, row in enumerate(grad):
-                    for j, val in enumerate(row):
-                        ref[i, j] = val
-
-    res = _call(kernel, inputs, in_specs, out_shape, out_specs, grid, interpret, num_warps)
-    dz, partials = res[0], [x.sum(axis=0) for x in res[1:]]
-    nw = len(send)
-    return dz, partials[0], tuple(partials[1:1 + nw]), tuple(partials[1 + nw:])
+def _routing_core_fwd(planes, q1, weights, masks, num_heads, num_phases, block_n, interpret, num_warps):
+    out, lse = _forward_call(planes, q1, weights, masks, num_heads, num_phases, block_n, interpret, num_warps)
+    return out, (planes, q1, weights, masks, out, lse)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _routing_planes(z, q1, send, receive, masks, num_heads, num_phases, block_n, interpret, num_warps):
-    return _forward_call(z, q1, send, receive, masks, num_heads, num_phases, block_n, interpret, num_warps)
-
-
-def _routing_planes_fwd(z, q1, send, receive, masks, num_heads, num_phases, block_n, interpret, num_warps):
-    out = _forward_call(z, q1, send, receive, masks, num_heads, num_phases, block_n, interpret, num_warps)
-    return out, (z, q1, send, receive, masks)
-
-
-def _routing_planes_bwd(num_heads, num_phases, block_n, interpret, num_warps, res, g):
-    z, q1, send, receive, masks = res
-    dz, dq1, dsend, dreceive = _backward_call(z, q1, send, receive, masks, g, num_heads, num_phases, block_n,
-                                              interpret, num_warps)
+def _routing_core_bwd(num_heads, num_phases, block_n, interpret, num_warps, res, g):
+    planes, q1, weights, masks, out, lse = res
+    d, p_pad, n = out.shape
+    r = q1.shape[0]
+    inputs = [*planes, q1, *weights] + (list(masks) if masks is not None else []) + [out, lse, g]
+    out_shape = ([jax.ShapeDtypeStruct((d, p_pad, n), jnp.float32)] * 3
+                 + [jax.ShapeDtypeStruct((r, d, n), jnp.float32)] * 4)
+    kernel = _backward_kernel(num_heads, num_phases, r, masks is not None)
+    dk1, dv1, dq2, b0, dk2, dv2, dq1 = _call(kernel, inputs, out_shape, block_n, interpret, num_warps)
+    dweights = (jnp.einsum("rin,rcn->ic", b0, dk2), dk2.sum(axis=(0, 2))[:, None],
+                jnp.einsum("rin,rcn->ic", b0, dv2), dv2.sum(axis=(0, 2))[:, None])
     dmasks = None if masks is None else tuple(jnp.zeros_like(m) for m in masks)
-    return dz, dq1, dsend, dreceive, dmasks
+    return (dk1, dv1, dq2), dq1.sum(axis=-1, keepdims=True), dweights, dmasks
 
 
-_routing_planes.defvjp(_routing_planes_fwd, _routing_planes_bwd)
+_routing_core.defvjp(_routing_core_fwd, _routing_core_bwd)
 
 
 def _pow2(x: int) -> int:
@@ -275,35 +281,47 @@ def _pow2(x: int) -> int:
 
 
 def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receive: MHAWeights, masks=None, *,
-                      num_heads: int, block_n: int = 32, interpret: bool | None = None,
-                      num_warps: int | None = None) -> jax.Array:
+                      num_heads: int, block_n: int = 0, interpret: bool | None = None,
+                      num_warps: int = 8) -> jax.Array:
     """Fused Pallas routing: same contract as :func:`routing_attention_reference` (z (N, P, D) -> (N, P, D)).
 
+    The dense projections (send keys and values and receive queries of Z, the receive output) are plain matmuls
+    over all N P tokens and stay in XLA; the send output projection is folded into the receive keys and values.
     N is padded to a multiple of ``block_n`` and P to a power of two (padded series and phases are zeros and are
     sliced off; their cotangent is zero, so they add nothing to the weight gradients). ``interpret`` None picks
-    interpret mode on the CPU; compiled (Triton) calls need D, R and ``block_n`` to be powers of two.
+    interpret mode on the CPU; compiled (Triton) calls need D, R and ``block_n`` to be powers of two. ``block_n``
+    0 picks 128 series per grid step in interpret mode (fewer steps) and 8 compiled: at 8 series and 8 warps the
+    D = 8 kernels fit in registers on sm_90 without spills (``benchmarks/kernels_triton_aot.py``).
     """
     n, p, d = z.shape
     r = routers.shape[0]
     if d % num_heads:
         raise ValueError(f"latent dim {d}: expected a multiple of num_heads={num_heads}")
-    if block_n < 1:
-        raise ValueError(f"block_n={block_n}: expected a positive integer")
+    if block_n < 0:
+        raise ValueError(f"block_n={block_n}: expected a positive integer (or 0: automatic)")
     if interpret is None:
         interpret = core_pallas.default_interpret()
+    block_n = block_n or (128 if interpret else 8)
     if not interpret:
         for name, value in (("latent dim", d), ("routers", r), ("block_n", block_n)):
             if value != _pow2(value):
                 raise ValueError(f"{name}={value}: the compiled (Triton) kernel needs a power of two")
-    wq, bq = send[0], send[1]
-    q1 = (routers @ wq + bq) / math.sqrt(d // num_heads)
+    wq1, bq1, wk1, bk1, wv1, bv1, wo1, bo1 = send
+    wq2, bq2, wk2, bk2, wv2, bv2, wo2, bo2 = receive
+    scale = 1.0 / math.sqrt(d // num_heads)
     p_pad, n_pad = _pow2(p), -n % block_n
-    zt = jnp.pad(z.transpose(2, 1, 0), ((0, 0), (0, p_pad - p), (0, n_pad)))  # (D, P_pad, N_pad)
+
+    def plane(w, b, factor=1.0):  # (N, P, D) tokens -> a (D, P_pad, N_pad) plane, zero-padded
+        return jnp.pad(((z @ w + b) * factor).transpose(2, 1, 0), ((0, 0), (0, p_pad - p), (0, n_pad)))
+
+    planes = (plane(wk1, bk1), plane(wv1, bv1), plane(wq2, bq2, scale))
+    q1 = ((routers @ wq1 + bq1) * scale)[:, :, None]
+    # a router row b0 enters stage 2 only through the receive keys and values of b0 @ wo1 + bo1
+    weights = (wo1 @ wk2, (bo1 @ wk2 + bk2)[:, None], wo1 @ wv2, (bo1 @ wv2 + bv2)[:, None])
     mt = None
     if masks is not None:
         m1, m2 = masks  # (N, h, R, P), (N, h, P, R) -> (h, R, P_pad, N_pad) each
         pad = ((0, 0), (0, 0), (0, p_pad - p), (0, n_pad))
         mt = (jnp.pad(m1.transpose(1, 2, 3, 0), pad), jnp.pad(m2.transpose(1, 3, 2, 0), pad))
-    send_kv = tuple(send[2:])  # the send queries are folded into q1
-    out = _routing_planes(zt, q1, send_kv, tuple(receive), mt, num_heads, p, block_n, interpret, num_warps)
-    return out[:, :p, :n].transpose(2, 1, 0)
+    out = _routing_core(planes, q1, weights, mt, num_heads, p, block_n, interpret, num_warps)
+    return out[:, :p, :n].transpose(2, 1, 0) @ wo2 + bo2

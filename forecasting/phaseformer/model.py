@@ -151,7 +151,7 @@ class PhaseFormer(nnx.Module):
 
     def __init__(self, *, seq_len: int, pred_len: int, period: int = 24, latent_dim: int = 8, num_layers: int = 1,
                  num_routers: int = 8, num_heads: int = 4, dropout: float = 0.1, revin_eps: float = 1e-5,
-                 use_kernel: bool = False, kernel_block: int = 128, kernel_interpret: bool = True,
+                 use_kernel: bool = False, kernel_block: int = 0, kernel_interpret: bool = True,
                  key: jax.Array):
         if num_layers < 1:
             raise ValueError(f"num_layers={num_layers}: expected >= 1")

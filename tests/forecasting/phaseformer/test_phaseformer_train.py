@@ -108,6 +108,8 @@ def test_config_errors_and_overrides():
         apply_overrides(config, ["num_heads=4", "latent_dim=6"])
     with pytest.raises(ConfigError, match="dropout=1.5"):
         apply_overrides(config, ["dropout=1.5"])
+    with pytest.raises(ConfigError, match=r"kernel_block=-8: expected >= 0 \(0 = automatic\)"):
+        apply_overrides(config, ["kernel_block=-8"])
     with pytest.raises(ConfigError, match="weights"):
         apply_overrides(config, ["weights=middle"])
     with pytest.raises(ValueError, match="setting ETTh3-96"):
