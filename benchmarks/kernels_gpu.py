@@ -4,8 +4,9 @@
 
 - PhaseFormer's fused routing kernel (forward, and forward + backward through its custom VJP) against
   ``routing_attention_reference`` at a Traffic-sized batch (16 windows x 862 channels = 13,792 series, P = 24),
-  for the small-D configurations (D = 8 and 4, R = 8, 4 heads), with the training path's dropout masks, over a few
-  block sizes; then one jitted PhaseFormer training step with the kernel against the same step with the reference.
+  for the small-D configurations (the released D 8, R 8 and D 4, R 4 with one head; D 8 with 4 heads), with the
+  training path's dropout masks, over a few block sizes; then one jitted PhaseFormer training step with the kernel
+  against the same step with the reference.
 - The LM split-K decode-attention kernel against ``decode_attention_reference`` at a long cache.
 
 Errors are ``||out - ref|| / ||ref||`` against a float32 reference at the highest matmul precision; times are
@@ -28,6 +29,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.kernels_triton_aot import DEFAULT_VARIANT, ROUTING_CONFIGS, ROUTING_VARIANTS  # noqa: E402
 from core.results import claim, write_results  # noqa: E402
 
 
@@ -58,8 +60,8 @@ def routing_rows(reps: int, budget_s: float):
 
     rows, start = [], time.perf_counter()
     n, p = 16 * 862, 24
-    for d, r, h in ((8, 8, 4), (4, 8, 4)):
-        layer = model.RoutingLayer(d, r, h, p, dropout=0.1, use_kernel=False, kernel_block=32,
+    for d, r, h in ROUTING_CONFIGS:
+        layer = model.RoutingLayer(d, r, h, p, dropout=0.1, use_kernel=False, kernel_block=0,
                                    kernel_interpret=False, key=jax.random.key(d))
         z = jax.random.normal(jax.random.key(1), (n, p, d))
         masks = kernels.attention_dropout_masks(jax.random.key(2), n, h, r, p, 0.1)
@@ -85,7 +87,7 @@ def routing_rows(reps: int, budget_s: float):
                      "fwd_rel_err": rel_err(ref_fwd(*args), exact_out),
                      "grad_rel_err": rel_err(ref_grad(*args), exact_grad)})
         print(rows[-1], flush=True)
-        for block_n, warps in ((32, 4), (16, 4), (64, 4), (32, 8), (32, 2)):
+        for block_n, warps in ROUTING_VARIANTS:
             if time.perf_counter() - start > budget_s:
                 print(f"routing: time budget {budget_s}s spent, skipping block_n={block_n} warps={warps}")
                 continue
@@ -120,7 +122,7 @@ def train_step_rows(reps: int):
     rows = []
     for channels in (7, 862):
         for use_kernel in (False, True):
-            config = configs.phaseformer("ETTm1", 96, use_kernel=use_kernel, kernel_interpret=False, kernel_block=32)
+            config = configs.phaseformer("ETTm1", 96, use_kernel=use_kernel, kernel_interpret=False)
             graphdef, params = nnx.split(train_lib.build_model(config, jax.random.key(0)), nnx.Param)
             tx = train_lib.make_optimizer(config)
             step = jax.jit(train_lib.make_train_step(config, graphdef, tx))
@@ -181,24 +183,24 @@ def make_claims(rows, note: str = ""):
     claims = []
     routing = [r for r in rows if r["kernel"] == "phaseformer_routing" and r["impl"].startswith("pallas")]
     ok = [r for r in routing if "error" not in r]
-    default_ok = any(r["block_n"] == 32 and r["num_warps"] == 4 for r in ok)
+    default_ok = any((r["block_n"], r["num_warps"]) == DEFAULT_VARIANT for r in ok)
     exact = default_ok and all(r["fwd_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-4 for r in ok)
     claims.append(claim(
         "routing_kernel_compiles_and_matches", "the fused routing kernel compiles through Triton at its default "
-        "block (32 series, 4 warps) and every compiled variant matches the float32 reference (forward rel. err "
-        "< 1e-5, gradients < 1e-4)", exact,
+        f"block ({DEFAULT_VARIANT[0]} series, {DEFAULT_VARIANT[1]} warps) and every compiled variant matches the "
+        "float32 reference (forward rel. err < 1e-5, gradients < 1e-4)", exact,
         f"{len(ok)}/{len(routing)} variants compiled; max fwd err "
         f"{max((r['fwd_rel_err'] for r in ok), default=float('nan')):.2e}, max grad err "
         f"{max((r['grad_rel_err'] for r in ok), default=float('nan')):.2e}"
         + "".join(f"; error {r['block_n']}/{r['num_warps']}: {r['error'][:200]}" for r in routing if "error" in r)
         + (f"; {note}" if note else "")))
-    for d in (8, 4):
-        sel = [r for r in ok if r["latent_dim"] == d]
+    for d, r, h in ROUTING_CONFIGS:
+        sel = [x for x in ok if (x["latent_dim"], x["routers"], x["heads"]) == (d, r, h)]
         if sel:
-            best = max(sel, key=lambda r: r["fwd_bwd_speedup"])
+            best = max(sel, key=lambda x: x["fwd_bwd_speedup"])
             claims.append(claim(
-                f"routing_kernel_faster_d{d}", f"at a Traffic-sized batch (13,792 series), D = {d}, the kernel's "
-                "forward + backward beats XLA's", best["fwd_bwd_speedup"] > 1.0,
+                f"routing_kernel_faster_d{d}_r{r}_h{h}", f"at a Traffic-sized batch (13,792 series), D = {d}, R = {r}, "
+                f"{h} head(s), the kernel's forward + backward beats XLA's", best["fwd_bwd_speedup"] > 1.0,
                 f"best block_n={best['block_n']} warps={best['num_warps']}: fwd {best['fwd_ms']:.2f} ms "
                 f"({best['fwd_speedup']:.2f}x), fwd+bwd {best['fwd_bwd_ms']:.2f} ms ({best['fwd_bwd_speedup']:.2f}x)"))
     decode = [r for r in rows if r["kernel"] == "lm_decode_attention" and r["impl"].startswith("pallas")]

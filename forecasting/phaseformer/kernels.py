@@ -1,25 +1,25 @@
 """The cross-phase routing attention (both stages) as one fused Pallas kernel, beside its pure-JAX reference.
 
 For the small-D configurations (D = 4..8, R = 4..8 routers, P = 24 phases) the routing layer is thousands of tiny
-matmuls per batch; XLA runs each as its own small op. The kernel keeps the weights as scalars and every
-intermediate in registers, and puts the series axis N on the lane (last) axis. Inputs are planes: z as
-``(D, P_pad, N)`` (P padded to a power of two; padded phases get zero attention), so one grid step loads ``D``
-tiles of ``(P_pad, block_n)`` and computes, for its series,
+matmuls per batch; XLA runs each as its own small op. Here the dense projections (the send keys and values and the
+receive queries of Z, the receive output) stay in XLA as matmuls over all N P tokens, and the kernel does the rest.
+Its inputs are planes ``(D, P_pad, N)`` (P padded to a power of two; padded phases get zero attention) with the
+series axis N on the lanes. A grid step takes ``block_n`` series and loops over the routers (``fori_loop``, which
+Triton keeps as one ``scf.for``):
 
-    B  = MHA(Q = U, K = Z, V = Z)       (routers aggregate, softmax over the P phases)
-    Z' = MHA(Q = Z, K = B, V = B)       (routers distribute, softmax over the R routers)
+    b_r = softmax_P(q_r . K1) V1               (stage 1: router r aggregates the phases of each series)
+    k_r, v_r = b_r W_k + c_k, b_r W_v + c_v    (receive keys / values; the send output projection folded in)
+    O += exp(Q2 . k_r - m) v_r                 (stage 2: an online softmax over the routers, as in flash attention)
 
-as scalar-times-tile products and reductions (no 3-D dots: with head width D / h <= 8 there is nothing for a
-matrix unit to do). It writes Z' (before the residual / LayerNorm, which stay in XLA). The router queries
-``q1 = (U Wq + bq) / sqrt(dh)`` depend on weights alone and are computed outside. Gradients come through
-``jax.custom_vjp``: the backward pass is a second Pallas kernel whose body is the VJP of the same block function;
-each grid step writes its series' dZ and its partial weight gradients, which are summed outside.
-
-Every operation is one the Pallas Triton lowering supports (power-of-two blocks, elementwise ops, broadcasts,
-single-axis reductions, scalar loads), so the same kernel runs in interpret mode on the CPU and compiled through
-Triton on an NVIDIA GPU; ``tests`` check the lowering on the CPU with :func:`core.pallas.lowers_for_cuda`. On an
-H200 (2026-11-30), Triton's compile of the D = 8 forward had not finished after ~150 s: the Python-unrolled block
-(every (head, router, channel) product its own op) is too large a program there, so the kernel is untimed on GPU.
+so the program grows neither with R nor with D^2: the channel axis is an array axis and the projections are
+broadcast-multiply-reduce (with head width D / h <= 8 there is nothing for a matrix unit to do). The backward pass
+is a second kernel, derived by hand: per router it recomputes stage 1 and stage 2's softmax (from the log-sum-exp the
+forward saved), uses dO . O and db . b as the two softmaxes' "delta" terms, accumulates dK1, dV1, dQ2 in
+registers, and writes per-series router rows from which XLA sums the weight gradients. Every operation is one the
+Pallas Triton lowering supports, so the same kernel runs in interpret mode on the CPU and compiled through Triton on
+an NVIDIA GPU; ``tests`` check the lowering and the program size on the CPU, and
+``benchmarks/kernels_triton_aot.py`` compiles it for sm_90a there. The first version unrolled every (head, router,
+channel) product into its own op; Triton had not finished compiling its D = 8 forward after ~150 s on an H200.
 Attention dropout (PyTorch's MHA dropout on the attention weights) enters both paths as precomputed
 multiplicative masks, so the kernel needs no in-kernel RNG and both paths see the same randomness.
 """
@@ -276,13 +276,18 @@ def _routing_core_bwd(num_heads, num_phases, block_n, interpret, num_warps, res,
 _routing_core.defvjp(_routing_core_fwd, _routing_core_bwd)
 
 
+# The compiled kernel's default block: at 8 series and 8 warps the D = 8 forward and backward fit in sm_90's
+# registers without spills (benchmarks/kernels_triton_aot.py); interpret mode takes 128 series (fewer grid steps).
+COMPILED_BLOCK_N, COMPILED_NUM_WARPS, INTERPRET_BLOCK_N = 8, 8, 128
+
+
 def _pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
 def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receive: MHAWeights, masks=None, *,
                       num_heads: int, block_n: int = 0, interpret: bool | None = None,
-                      num_warps: int = 8) -> jax.Array:
+                      num_warps: int = COMPILED_NUM_WARPS) -> jax.Array:
     """Fused Pallas routing: same contract as :func:`routing_attention_reference` (z (N, P, D) -> (N, P, D)).
 
     The dense projections (send keys and values and receive queries of Z, the receive output) are plain matmuls
@@ -290,8 +295,7 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
     N is padded to a multiple of ``block_n`` and P to a power of two (padded series and phases are zeros and are
     sliced off; their cotangent is zero, so they add nothing to the weight gradients). ``interpret`` None picks
     interpret mode on the CPU; compiled (Triton) calls need D, R and ``block_n`` to be powers of two. ``block_n``
-    0 picks 128 series per grid step in interpret mode (fewer steps) and 8 compiled: at 8 series and 8 warps the
-    D = 8 kernels fit in registers on sm_90 without spills (``benchmarks/kernels_triton_aot.py``).
+    0 picks :data:`INTERPRET_BLOCK_N` or :data:`COMPILED_BLOCK_N`.
     """
     n, p, d = z.shape
     r = routers.shape[0]
@@ -301,7 +305,7 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
         raise ValueError(f"block_n={block_n}: expected a positive integer (or 0: automatic)")
     if interpret is None:
         interpret = core_pallas.default_interpret()
-    block_n = block_n or (128 if interpret else 8)
+    block_n = block_n or (INTERPRET_BLOCK_N if interpret else COMPILED_BLOCK_N)
     if not interpret:
         for name, value in (("latent dim", d), ("routers", r), ("block_n", block_n)):
             if value != _pow2(value):
