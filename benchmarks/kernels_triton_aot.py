@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -59,9 +60,11 @@ def compile_in_subprocess(text: str, num_warps: int, limit_s: float, workdir: pa
     path = workdir / f"{name}.ttir"
     path.write_text(text)
     cmd = [sys.executable, __file__, "--compile-one", str(path), "--warps", str(num_warps)]
+    # a fresh cache directory per compile: Triton would otherwise return a kernel compiled by an earlier run
+    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(dir=workdir), "TRITON_DEFAULT_FP_FUSION": "1"}
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, env=env)
     except subprocess.TimeoutExpired:
         return {"compile_s": time.perf_counter() - t0, "error": f"compile still running after {limit_s:.0f} s"}
     if proc.returncode:
