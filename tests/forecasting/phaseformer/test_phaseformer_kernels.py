@@ -37,8 +37,7 @@ def test_kernel_forward_and_gradients_match_reference(inputs, with_masks):
     ref = kernels.routing_attention_reference(z, u, send, receive, masks, num_heads=HEADS)
     out = _kernel(z, u, send, receive, masks, num_heads=HEADS)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-    if not with_masks:
-        return  # gradients are checked once, on the training path (with dropout masks)
+    # gradients on both backward paths: the training one (dropout masks) and dropout 0 (none)
     weight = jax.random.normal(jax.random.key(6), (P, D))  # a non-trivial cotangent
 
     def loss(fn):
