@@ -4,7 +4,10 @@ The scaled training series lives on the device; an epoch is one jitted call: a p
 then ``lax.scan`` over batches that cut their windows with dynamic slices, take a gradient step and carry the
 parameters and Adam state. Evaluation is one jitted scan over every window (the last batch padded and masked,
 so no test window is dropped). Early stopping on the validation loss (the training criterion) runs on the host
-between epochs, keeping the best-validation parameters (``weights="best"``) or the last ones (``"last"``).
+between epochs, keeping the best-validation parameters (``weights="best"``) or the last ones (``"last"``). Given a
+run folder, every epoch ends with a checkpoint (parameters, Adam state, best parameters, early-stopping counters,
+history), and a killed run resumes at its last finished epoch and ends where an uninterrupted one ends: each epoch's
+key is ``fold_in(key, epoch)``, so nothing depends on how many epochs this process ran.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import optax
 from flax import nnx
 
 from core import plots
-from core.config import to_dict
+from core.checkpoint import Checkpointer
 from core.train import progress, write_metrics
 from forecasting import data as data_lib
 from forecasting.phaseformer import losses, model as model_lib
@@ -163,8 +166,12 @@ class TrainResult:
 
 
 def train(config: Config, *, data: data_lib.ForecastData | None = None, show_progress: bool = True,
-          log: Callable[[dict], None] | None = None) -> TrainResult:
-    """Train with early stopping on the validation loss, then evaluate val and test with the chosen weights."""
+          log: Callable[[dict], None] | None = None, checkpoint_dir: str | pathlib.Path | None = None) -> TrainResult:
+    """Train with early stopping on the validation loss, then evaluate val and test with the chosen weights.
+
+    With ``checkpoint_dir``, each epoch is checkpointed there and a run that finds a checkpoint resumes from it
+    (``log`` then first sees the restored epochs' rows again, so a log file rewritten from it is complete).
+    """
     start = time.perf_counter()
     if data is None:
         data = data_lib.load(config.dataset, config.seq_len, config.pred_len, split=config.split)
@@ -184,10 +191,23 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
                  else make_eval_fn(config, graphdef, data.num_windows("test")))
     train_series, val_series = jnp.asarray(data.train), jnp.asarray(data.val)
 
-    best_val, best_params, best_epoch, bad_epochs = math.inf, params, -1, 0
-    history: list[dict] = []
-    bar = progress(range(config.epochs), total=config.epochs, desc=f"{config.model} {config.setting}") \
-        if show_progress else range(config.epochs)
+    # early-stopping state; with the parameters and Adam state it is all a resumed run needs
+    progress_state = {"best_val": math.inf, "best_epoch": -1, "bad_epochs": 0, "stopped": False,
+                      "seconds_before": 0.0, "history": []}
+    best_params = params
+    checkpointer = None if checkpoint_dir is None else Checkpointer(checkpoint_dir, keep=1, config=config)
+    first_epoch = (checkpointer.latest_step() or 0) if checkpointer else 0
+    if first_epoch:
+        template = {"params": params, "opt_state": opt_state, "best_params": params}
+        restored, progress_state = checkpointer.restore(template)
+        params, opt_state, best_params = restored["params"], restored["opt_state"], restored["best_params"]
+    history: list[dict] = progress_state["history"]
+    if log is not None:
+        for row in history:
+            log(row)
+    epochs = range(first_epoch, first_epoch if progress_state["stopped"] else config.epochs)
+    bar = progress(epochs, total=config.epochs, initial=first_epoch, desc=f"{config.model} {config.setting}") \
+        if show_progress else epochs
     for epoch in bar:
         t0 = time.perf_counter()
         lr = lr_for_epoch(config, epoch)
@@ -201,24 +221,32 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
         history.append(row)
         if log is not None:
             log(row)
-        if row["val_loss"] < best_val:
-            best_val, best_epoch, bad_epochs = row["val_loss"], epoch + 1, 0
+        if row["val_loss"] < progress_state["best_val"]:
+            progress_state.update(best_val=row["val_loss"], best_epoch=epoch + 1, bad_epochs=0)
             best_params = jax.tree.map(jnp.copy, params)
         else:
-            bad_epochs += 1
-            if bad_epochs >= config.patience:
-                break
+            progress_state["bad_epochs"] += 1
+            progress_state["stopped"] = progress_state["bad_epochs"] >= config.patience
+        if checkpointer is not None:
+            checkpointer.save(epoch + 1, {"params": params, "opt_state": opt_state, "best_params": best_params},
+                              data_state={**progress_state, "history": history,
+                                          "seconds_before": progress_state["seconds_before"]
+                                          + time.perf_counter() - start})
+        if progress_state["stopped"]:
+            break
+    if checkpointer is not None:
+        checkpointer.close()
     final = best_params if config.weights == "best" else params
-    train_seconds = time.perf_counter() - start
+    train_seconds = progress_state["seconds_before"] + time.perf_counter() - start
     val = eval_val(final, val_series)
     test = eval_test(final, jnp.asarray(data.test))
     metrics = {
         "model": config.model, "dataset": config.dataset, "horizon": config.pred_len, "seed": config.seed,
         "mse": float(test["mse"]), "mae": float(test["mae"]), "val_mse": float(val["mse"]),
         "val_loss": float(val["loss"]), "params": num_params, "epochs_run": len(history),
-        "best_epoch": best_epoch, "weights": config.weights, "train_windows": n_train,
-        "test_windows": data.num_windows("test"), "train_seconds": train_seconds,
-        "total_seconds": time.perf_counter() - start,
+        "best_epoch": progress_state["best_epoch"], "weights": config.weights, "train_windows": n_train,
+        "test_windows": data.num_windows("test"), "train_seconds": train_seconds, "resumed_at_epoch": first_epoch,
+        "total_seconds": progress_state["seconds_before"] + time.perf_counter() - start,
     }
     if config.weights == "best":
         # the other checkpoint convention (the Lightning code tests the last epoch's weights), reported beside, never
@@ -247,7 +275,8 @@ def plot_forecast(path: pathlib.Path, result: TrainResult, config: Config, windo
 
 
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str, Any]:
-    """The experiment entry point: train, evaluate, write metrics.json, metrics.jsonl and PNG plots."""
+    """The experiment entry point: train, evaluate, write metrics.json, metrics.jsonl and PNG plots; the run resumes
+    from ``workdir/checkpoints`` if an earlier one with the same config was killed (the CLI records config.json)."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "metrics.jsonl"
@@ -257,7 +286,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
         with open(log_path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
-    result = train(config, log=log)
+    result = train(config, log=log, checkpoint_dir=workdir / "checkpoints")
     metrics = dict(result.metrics)
     metrics["macs"] = count_macs(result.graphdef, result.params, config.seq_len, result.data.num_channels)
     if config.plot:
@@ -267,6 +296,5 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
                         {"train": (epochs, [h["train_loss"] for h in result.history]),
                          "val": (epochs, [h["val_loss"] for h in result.history])},
                         title=f"{config.model} {config.setting} ({config.loss} loss)", xlabel="epoch", ylabel="loss")
-    (workdir / "config.json").write_text(json.dumps(to_dict(config), indent=1))
     write_metrics(workdir, metrics)
     return metrics

@@ -39,6 +39,40 @@ def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):
     assert rows[1]["train_loss"] < rows[0]["train_loss"] * 1.5
 
 
+def test_killed_run_resumes_at_its_last_epoch_and_ends_where_an_uninterrupted_one_ends(tmp_path, monkeypatch):
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], epochs=3, patience=3, plot=False)
+    whole = train.train_and_evaluate(config, tmp_path / "whole")
+    assert (whole["epochs_run"], whole["resumed_at_epoch"]) == (3, 0)
+
+    real_make_epoch_fn, calls = train.make_epoch_fn, []
+
+    def dies_in_epoch_2(*args, **kwargs):
+        epoch_fn = real_make_epoch_fn(*args, **kwargs)
+
+        def epoch(*a):
+            calls.append(1)
+            if len(calls) == 2:  # epoch 1 has been checkpointed
+                raise KeyboardInterrupt
+            return epoch_fn(*a)
+        return epoch
+
+    monkeypatch.setattr(train, "make_epoch_fn", dies_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(config, tmp_path / "killed")
+    monkeypatch.setattr(train, "make_epoch_fn", real_make_epoch_fn)
+    resumed = train.train_and_evaluate(config, tmp_path / "killed")
+    assert resumed["resumed_at_epoch"] == 1
+    timing = ("train_seconds", "total_seconds", "resumed_at_epoch")
+    assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
+    rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "seconds"}  # noqa: E731
+                      for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert rows("killed") == rows("whole") and [r["epoch"] for r in rows("killed")] == [1, 2, 3]
+    # a finished run folder restores the end state and only evaluates
+    assert train.train_and_evaluate(config, tmp_path / "whole")["mse"] == whole["mse"]
+    with pytest.raises(ValueError, match="another config"):
+        train.train_and_evaluate(dataclasses.replace(config, lr=2e-3), tmp_path / "whole")
+
+
 def _small_setup():
     config = dataclasses.replace(EXPERIMENT.presets["tiny"], dropout=0.0, num_layers=1)
     model = train.build_model(config, jax.random.key(0))
