@@ -150,6 +150,12 @@ def read_csv(path: str | pathlib.Path, *, columns: Sequence[str] | None = None,
     except ValueError as e:
         raise ValueError(f"{path}: non-numeric value in a variable column ({e})") from None
     values = values.reshape(len(rows), len(index))
+    nonfinite = np.argwhere(~np.isfinite(values))
+    if len(nonfinite):
+        line, col = nonfinite[0]
+        raise ValueError(f"{path}: {len(nonfinite)} missing or non-finite values, the first "
+                         f"{rows[line][1 + index[col]]!r} in column {variables[index[col]]!r} on data line {line + 2}; "
+                         "expected finite numbers (fill or drop the gaps first)")
     return tuple(variables[j] for j in index), values
 
 

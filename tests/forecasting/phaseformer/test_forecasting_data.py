@@ -83,6 +83,12 @@ def test_csv_errors(tmp_path):
         data.ett_path("ETTh3")
     with pytest.raises(ValueError, match="split='weekly'"):
         data.load(good, 10, 5, split="weekly")
+    gappy = good.read_text().splitlines()
+    gappy[4], gappy[9] = "2020-01-01 00003,3.0,NaN", "2020-01-01 00008,inf,17.0"
+    (tmp_path / "gappy.csv").write_text("\n".join(gappy) + "\n")
+    with pytest.raises(ValueError, match=r"2 missing or non-finite values, the first 'NaN' in column 'b' on data "
+                                         r"line 5; expected finite numbers"):
+        data.load(tmp_path / "gappy.csv", 10, 5)
 
 
 def test_windows_match_numpy_slices():
