@@ -80,6 +80,7 @@ class Config:
     weights: Literal["best", "last"] = "best"
     train_drop_last: bool = False
     max_train_windows: int = 0        # 0: every training window; >0: the first n (smoke tests only)
+    data_parallel: bool = True        # on several devices, split every batch over all of them (a "data" mesh axis)
     seed: int = 2021
     plot: bool = True
 

@@ -32,8 +32,10 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
 
 from core import pallas as core_pallas
+from core.sharding import DATA
 
 # (wq, bq, wk, bk, wv, bv, wo, bo): w* (D, D) applied as x @ w, b* (D,)
 MHAWeights = tuple
@@ -296,7 +298,21 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
     sliced off; their cotangent is zero, so they add nothing to the weight gradients). ``interpret`` None picks
     interpret mode on the CPU; compiled (Triton) calls need D, R and ``block_n`` to be powers of two. ``block_n``
     0 picks :data:`INTERPRET_BLOCK_N` or :data:`COMPILED_BLOCK_N`.
+
+    Under a mesh (``jax.set_mesh``) with a ``data`` axis of several devices, each device runs the kernel on its
+    slice of the series (``shard_map``): XLA cannot partition a kernel call, and would otherwise gather every series
+    onto every device and compute them all there.
     """
+    mesh = jax.sharding.get_abstract_mesh()
+    if DATA in mesh.axis_names and mesh.shape[DATA] > 1 and DATA not in mesh.manual_axes:
+        if z.shape[0] % mesh.shape[DATA]:
+            raise ValueError(f"{z.shape[0]} series: expected a multiple of the mesh's {mesh.shape[DATA]} data devices")
+        per_device = functools.partial(routing_attention, num_heads=num_heads, block_n=block_n, interpret=interpret,
+                                       num_warps=num_warps)
+        series, shared = P(DATA), P()
+        return jax.shard_map(per_device, in_specs=(series, shared, shared, shared, series), out_specs=series,
+                             check_vma=False)(
+            z, routers, send, receive, masks)
     n, p, d = z.shape
     r = routers.shape[0]
     if d % num_heads:

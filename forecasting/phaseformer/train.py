@@ -7,11 +7,14 @@ so no test window is dropped). Early stopping on the validation loss (the traini
 between epochs, keeping the best-validation parameters (``weights="best"``) or the last ones (``"last"``). Given a
 run folder, every epoch ends with a checkpoint (parameters, Adam state, best parameters, early-stopping counters,
 history), and a killed run resumes at its last finished epoch and ends where an uninterrupted one ends: each epoch's
-key is ``fold_in(key, epoch)``, so nothing depends on how many epochs this process ran.
+key is ``fold_in(key, epoch)``, so nothing depends on how many epochs this process ran. On several devices each
+batch is split over a ``data`` mesh axis (parameters replicated, gradients all-reduced by XLA); the fused Pallas
+routing kernel then runs per device under ``shard_map`` (``kernels.routing_attention``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -27,6 +30,7 @@ import optax
 from flax import nnx
 
 from core import plots
+from core import sharding as sharding_lib
 from core.checkpoint import Checkpointer
 from core.train import progress, write_metrics
 from forecasting import data as data_lib
@@ -95,9 +99,32 @@ def make_train_step(config: Config, graphdef, tx) -> Callable:
     return step
 
 
-def make_epoch_fn(config: Config, graphdef, tx, num_windows: int) -> Callable:
-    """Jitted epoch(params, opt_state, series (T, C), key, lr) -> (params, opt_state, mean batch loss)."""
+def make_data_mesh(config: Config) -> jax.sharding.Mesh | None:
+    """The ("data", "model") mesh that splits every batch over all devices; None on one device or when disabled."""
+    n = jax.device_count()
+    if not config.data_parallel or n == 1:
+        return None
+    for name in ("batch_size", "eval_batch_size"):
+        if getattr(config, name) % n:
+            raise ValueError(f"{name}={getattr(config, name)}: data parallelism over {n} devices needs a multiple "
+                             f"of {n} (or data_parallel=false)")
+    return sharding_lib.make_mesh()
+
+
+def _batch_constraint(mesh: jax.sharding.Mesh | None) -> Callable:
+    """Inside jit: split a batch's leading axis over the mesh's data axis (identity without a mesh)."""
+    if mesh is None:
+        return lambda *xs: xs
+    sharding = sharding_lib.batch_sharding(mesh)
+    return lambda *xs: tuple(jax.lax.with_sharding_constraint(x, sharding) for x in xs)
+
+
+def make_epoch_fn(config: Config, graphdef, tx, num_windows: int, mesh: jax.sharding.Mesh | None = None
+                  ) -> Callable:
+    """Jitted epoch(params, opt_state, series (T, C), key, lr) -> (params, opt_state, mean batch loss); with a mesh
+    every batch is split over its data axis and the parameters come out replicated."""
     step = make_train_step(config, graphdef, tx)
+    split = _batch_constraint(mesh)
     bsz = config.batch_size
     num_batches = num_windows // bsz if config.train_drop_last else -(-num_windows // bsz)
     if num_batches < 1:
@@ -113,7 +140,7 @@ def make_epoch_fn(config: Config, graphdef, tx, num_windows: int) -> Callable:
         def body(carry, inp):
             params, opt_state = carry
             s, m, i = inp
-            x, y = data_lib.windows(series, s, config.seq_len, config.pred_len)
+            x, y, m = split(*data_lib.windows(series, s, config.seq_len, config.pred_len), m)
             params, opt_state, loss = step(params, opt_state, x, y, m, jax.random.fold_in(k_drop, i))
             return (params, opt_state), loss
 
@@ -121,18 +148,23 @@ def make_epoch_fn(config: Config, graphdef, tx, num_windows: int) -> Callable:
             body, (params, opt_state), (starts, mask, jnp.arange(num_batches)))
         return params, opt_state, batch_losses.mean()
 
-    return jax.jit(epoch, donate_argnums=(0, 1))
+    shardings = {} if mesh is None else {"out_shardings": sharding_lib.replicated(mesh)}
+    return jax.jit(epoch, donate_argnums=(0, 1), **shardings)
 
 
-def make_eval_fn(config: Config, graphdef, num_windows: int) -> Callable:
+def make_eval_fn(config: Config, graphdef, num_windows: int, mesh: jax.sharding.Mesh | None = None) -> Callable:
     """Jitted evaluate(params, series) -> {loss, mse, mae} over every window (window-weighted means)."""
     apply = make_apply(graphdef)
-    starts_np, mask_np = data_lib.batch_starts(num_windows, min(config.eval_batch_size, num_windows))
+    batch = min(config.eval_batch_size, num_windows)
+    if mesh is not None:  # a multiple of the devices; the padded windows are masked out
+        batch = -(-batch // mesh.shape[sharding_lib.DATA]) * mesh.shape[sharding_lib.DATA]
+    starts_np, mask_np = data_lib.batch_starts(num_windows, batch)
+    split = _batch_constraint(mesh)
 
     def evaluate(params, series):
         def body(acc, inp):
             s, m = inp
-            x, y = data_lib.windows(series, s, config.seq_len, config.pred_len)
+            x, y, m = split(*data_lib.windows(series, s, config.seq_len, config.pred_len), m)
             sums = losses.window_sums(apply(params, x), y, m, config.loss, config.huber_delta)
             return jax.tree.map(jnp.add, acc, sums), None
 
@@ -172,6 +204,14 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
     With ``checkpoint_dir``, each epoch is checkpointed there and a run that finds a checkpoint resumes from it
     (``log`` then first sees the restored epochs' rows again, so a log file rewritten from it is complete).
     """
+    mesh = make_data_mesh(config)
+    # the mesh as context: the fused routing kernel reads it to run per device (shard_map)
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        return _train(config, mesh, data=data, show_progress=show_progress, log=log, checkpoint_dir=checkpoint_dir)
+
+
+def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progress, log, checkpoint_dir
+           ) -> TrainResult:
     start = time.perf_counter()
     if data is None:
         data = data_lib.load(config.dataset, config.seq_len, config.pred_len, split=config.split)
@@ -185,11 +225,14 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
     num_params = sum(int(p.size) for p in jax.tree.leaves(params))
     tx = make_optimizer(config)
     opt_state = tx.init(params)
-    epoch_fn = make_epoch_fn(config, graphdef, tx, n_train)
-    eval_val = make_eval_fn(config, graphdef, data.num_windows("val"))
+    # on a mesh: parameters, optimizer state and the (small) series replicated, every batch split over "data"
+    put = (lambda tree: sharding_lib.replicate(tree, mesh)) if mesh is not None else jnp.asarray
+    params, opt_state = (params, opt_state) if mesh is None else put((params, opt_state))
+    epoch_fn = make_epoch_fn(config, graphdef, tx, n_train, mesh)
+    eval_val = make_eval_fn(config, graphdef, data.num_windows("val"), mesh)
     eval_test = (eval_val if data.num_windows("test") == data.num_windows("val")
-                 else make_eval_fn(config, graphdef, data.num_windows("test")))
-    train_series, val_series = jnp.asarray(data.train), jnp.asarray(data.val)
+                 else make_eval_fn(config, graphdef, data.num_windows("test"), mesh))
+    train_series, val_series, test_series = put(data.train), put(data.val), put(data.test)
 
     # early-stopping state; with the parameters and Adam state it is all a resumed run needs
     progress_state = {"best_val": math.inf, "best_epoch": -1, "bad_epochs": 0, "stopped": False,
@@ -239,7 +282,7 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
     final = best_params if config.weights == "best" else params
     train_seconds = progress_state["seconds_before"] + time.perf_counter() - start
     val = eval_val(final, val_series)
-    test = eval_test(final, jnp.asarray(data.test))
+    test = eval_test(final, test_series)
     metrics = {
         "model": config.model, "dataset": config.dataset, "horizon": config.pred_len, "seed": config.seed,
         "mse": float(test["mse"]), "mae": float(test["mae"]), "val_mse": float(val["mse"]),
@@ -251,7 +294,7 @@ def train(config: Config, *, data: data_lib.ForecastData | None = None, show_pro
     if config.weights == "best":
         # the other checkpoint convention (the Lightning code tests the last epoch's weights), reported beside, never
         # used to choose anything
-        test_last = eval_test(params, jnp.asarray(data.test))
+        test_last = eval_test(params, test_series)
         metrics.update(mse_last=float(test_last["mse"]), mae_last=float(test_last["mae"]))
     return TrainResult(params=final, graphdef=graphdef, history=history, metrics=metrics, data=data)
 

@@ -99,6 +99,26 @@ def test_sharded_step_equals_single_device(devices):
     np.testing.assert_allclose(sharded[2], single[2], rtol=1e-5)
 
 
+def test_data_parallel_training_equals_one_device(devices):
+    """The real training function on 8 fake devices (each batch split over them, the fused kernel per device under
+    shard_map) against one device: same losses, same test metrics, parameters replicated."""
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], plot=False)
+    one = train.train(dataclasses.replace(config, data_parallel=False), show_progress=False)
+    assert train.make_data_mesh(dataclasses.replace(config, data_parallel=False)) is None
+    assert train.make_data_mesh(config).shape["data"] == len(devices) == 8
+    for use_kernel in (False, True):
+        split = train.train(dataclasses.replace(config, use_kernel=use_kernel), show_progress=False)
+        np.testing.assert_allclose([h["train_loss"] for h in split.history],
+                                   [h["train_loss"] for h in one.history], rtol=2e-6)
+        for k in ("mse", "mae", "val_loss"):
+            np.testing.assert_allclose(split.metrics[k], one.metrics[k], rtol=2e-5)
+        assert_trees_close(jax.device_get(split.params), jax.device_get(one.params), atol=2e-5, rtol=2e-5)
+        for leaf in jax.tree.leaves(split.params):
+            assert len(leaf.sharding.device_set) == 8 and leaf.sharding.is_fully_replicated
+    with pytest.raises(ValueError, match=r"batch_size=12: data parallelism over 8 devices needs a multiple of 8"):
+        train.make_data_mesh(dataclasses.replace(config, batch_size=12))
+
+
 def test_masked_batch_equals_unpadded_batch():
     config, graphdef, params, _ = _small_setup()
     loss_fn = train.make_loss_fn(config, graphdef)
