@@ -300,8 +300,8 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
     0 picks :data:`INTERPRET_BLOCK_N` or :data:`COMPILED_BLOCK_N`.
 
     Under a mesh (``jax.set_mesh``) with a ``data`` axis of several devices, each device runs the kernel on its
-    slice of the series (``shard_map``): XLA cannot partition a kernel call, and would otherwise gather every series
-    onto every device and compute them all there.
+    slice of the series (``shard_map``): to XLA's partitioner a compiled kernel is an opaque custom call, which it
+    does not split over devices.
     """
     mesh = jax.sharding.get_abstract_mesh()
     if DATA in mesh.axis_names and mesh.shape[DATA] > 1 and DATA not in mesh.manual_axes:
@@ -310,9 +310,10 @@ def routing_attention(z: jax.Array, routers: jax.Array, send: MHAWeights, receiv
         per_device = functools.partial(routing_attention, num_heads=num_heads, block_n=block_n, interpret=interpret,
                                        num_warps=num_warps)
         series, shared = P(DATA), P()
+        # check_vma=False: pallas_call's outputs carry no varying-axes annotation; the weights' cotangents are then
+        # summed over devices by shard_map's transpose (tested: data-parallel training equals one device)
         return jax.shard_map(per_device, in_specs=(series, shared, shared, shared, series), out_specs=series,
-                             check_vma=False)(
-            z, routers, send, receive, masks)
+                             check_vma=False)(z, routers, send, receive, masks)
     n, p, d = z.shape
     r = routers.shape[0]
     if d % num_heads:
