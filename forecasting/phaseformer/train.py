@@ -104,10 +104,9 @@ def make_data_mesh(config: Config) -> jax.sharding.Mesh | None:
     n = jax.device_count()
     if not config.data_parallel or n == 1:
         return None
-    for name in ("batch_size", "eval_batch_size"):
-        if getattr(config, name) % n:
-            raise ValueError(f"{name}={getattr(config, name)}: data parallelism over {n} devices needs a multiple "
-                             f"of {n} (or data_parallel=false)")
+    if config.batch_size % n:  # (evaluation batches are rounded up to a multiple and masked)
+        raise ValueError(f"batch_size={config.batch_size}: data parallelism over {n} devices needs a multiple of {n} "
+                         "(or data_parallel=false)")
     return sharding_lib.make_mesh()
 
 
