@@ -243,7 +243,7 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
         template = {"params": params, "opt_state": opt_state, "best_params": params}
         restored, progress_state = checkpointer.restore(template)
         params, opt_state, best_params = restored["params"], restored["opt_state"], restored["best_params"]
-    history: list[dict] = progress_state["history"]
+    history: list[dict] = progress_state["history"]  # the same list: appended rows are saved with the state
     if log is not None:
         for row in history:
             log(row)
@@ -271,8 +271,7 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
             progress_state["stopped"] = progress_state["bad_epochs"] >= config.patience
         if checkpointer is not None:
             checkpointer.save(epoch + 1, {"params": params, "opt_state": opt_state, "best_params": best_params},
-                              data_state={**progress_state, "history": history,
-                                          "seconds_before": progress_state["seconds_before"]
+                              data_state={**progress_state, "seconds_before": progress_state["seconds_before"]
                                           + time.perf_counter() - start})
         if progress_state["stopped"]:
             break
