@@ -68,7 +68,8 @@ def test_killed_run_resumes_at_its_last_epoch_and_ends_where_an_uninterrupted_on
                       for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
     assert rows("killed") == rows("whole") and [r["epoch"] for r in rows("killed")] == [1, 2, 3]
     # a finished run folder restores the end state and only evaluates
-    assert train.train_and_evaluate(config, tmp_path / "whole")["mse"] == whole["mse"]
+    again = train.train_and_evaluate(config, tmp_path / "whole")
+    assert (again["resumed_at_epoch"], again["mse"], again["mse_last"]) == (3, whole["mse"], whole["mse_last"])
     with pytest.raises(ValueError, match="another config"):
         train.train_and_evaluate(dataclasses.replace(config, lr=2e-3), tmp_path / "whole")
 
