@@ -8,6 +8,7 @@ explicit inputs and outputs.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -74,12 +75,14 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.
 
 class KVCache(NamedTuple):
     """Static-shape cache. k, v: (L, B, S, KVH, Dh) after rotary; valid: (B, S) bool slots holding a real
-    token; index: () int32, the next slot to write (shared by the batch); lengths: (B,) int32 real tokens
-    so far (the next token's position)."""
+    token; positions: (B, S) int32 rotary position of each slot's key (0 where not valid); index: () int32,
+    the next slot to write (shared by the batch); lengths: (B,) int32 real tokens so far (the next token's
+    position)."""
 
     k: jax.Array
     v: jax.Array
     valid: jax.Array
+    positions: jax.Array
     index: jax.Array
     lengths: jax.Array
 
@@ -93,7 +96,8 @@ def init_cache(config: LMConfig, batch: int, size: int, dtype=None) -> KVCache:
     dtype = dtype or dtype_of(config.dtype)
     shape = (config.num_layers, batch, size, config.num_kv_heads, config.head_dim)
     return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype), valid=jnp.zeros((batch, size), bool),
-                   index=jnp.zeros((), jnp.int32), lengths=jnp.zeros((batch,), jnp.int32))
+                   positions=jnp.zeros((batch, size), jnp.int32), index=jnp.zeros((), jnp.int32),
+                   lengths=jnp.zeros((batch,), jnp.int32))
 
 
 def read_kv(cache: KVCache, layer: int) -> tuple[jax.Array, jax.Array]:
@@ -213,11 +217,41 @@ class Block(nnx.Module):
 
 
 class Output(NamedTuple):
-    """logits: (B, T, V) float32; cache: the updated KVCache or None; captured: dict of hook reads."""
+    """logits: (B, T, V) float32, or None with `return_hidden`; cache: the updated KVCache or None;
+    captured: dict of hook reads; hidden: (B, T, D) final hidden states (after the final norm, before the LM
+    head) with `return_hidden`, else None."""
 
-    logits: jax.Array
+    logits: jax.Array | None
     cache: KVCache | None
     captured: dict
+    hidden: jax.Array | None = None
+
+
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "everything")
+
+
+def remat_policy(name: str):
+    """A `jax.checkpoint` policy by name: "full" saves nothing inside a block (recompute it all), "dots"
+    saves matmul outputs, "dots_no_batch" saves matmuls without batch dims (maxtext's `minimal`),
+    "everything" saves all (remat with no savings, for testing)."""
+    policies = {"full": jax.checkpoint_policies.nothing_saveable,
+                "dots": jax.checkpoint_policies.dots_saveable,
+                "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                "everything": jax.checkpoint_policies.everything_saveable}
+    if name not in policies:
+        raise ValueError(f"remat={name!r}: expected one of {REMAT_POLICIES}")
+    return policies[name]
+
+
+class _Context(NamedTuple):
+    """What every block of one forward pass shares (static flags are plain Python values)."""
+
+    positions: jax.Array
+    mask: jax.Array
+    inv_freq: np.ndarray
+    cache_index: jax.Array | None
+    hooks: Hooks
+    use_kernel: bool
 
 
 class Transformer(nnx.Module):
@@ -234,21 +268,71 @@ class Transformer(nnx.Module):
         else:
             self.lm_head = _param(rngs, _normal, (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd)
 
-    def __call__(self, tokens: jax.Array, *, positions: jax.Array | None = None,
-                 attention_mask: jax.Array | None = None, segment_ids: jax.Array | None = None,
-                 cache: KVCache | None = None, hooks: Hooks | None = None, use_kernel: bool = False,
-                 logits_positions: jax.Array | None = None) -> Output:
-        """tokens: (B, T) int. attention_mask: (B, T), True for real tokens (padding may be anywhere).
+    def embed(self, tokens: jax.Array) -> jax.Array:
+        """Token embeddings (B, T, D) in the compute dtype (to build `inputs_embeds` with a prefix)."""
+        return jnp.take(self.embed_tokens[...], tokens, axis=0).astype(dtype_of(self.config.dtype))
+
+    def unembedding(self) -> jax.Array:
+        """The LM head as (D, V) in the compute dtype (the transposed embedding when tied)."""
+        dt = dtype_of(self.config.dtype)
+        if self.lm_head is None:
+            return self.embed_tokens[...].astype(dt).T
+        return self.lm_head[...].astype(dt)
+
+    def _block(self, i: int, x: jax.Array, cache_k: jax.Array | None, cache_v: jax.Array | None,
+               ctx: _Context) -> tuple[jax.Array, jax.Array | None, jax.Array | None, dict]:
+        """Block `i` on residual x (B, T, D): returns (new x, the layer's updated cache k/v or None, reads)."""
+        layer, hooks, dt = self.layers[i], ctx.hooks, x.dtype
+        reads = {}
+        x = hooks.on_residual(i, x)
+        if hooks.capture is not None and hooks.capture.residual:
+            reads["residual"] = hooks.capture.gather(x)
+        h = layer.input_layernorm(x)
+        q, k, v = layer.self_attn.qkv(h)
+        q = apply_rope(q, ctx.positions, ctx.inv_freq)
+        k = apply_rope(k, ctx.positions, ctx.inv_freq)
+        k, v = hooks.on_kv(i, k, v)
+        if cache_k is None:
+            heads = attention(q, k, v, ctx.mask)
+        else:
+            cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, ctx.cache_index, 0, 0))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, ctx.cache_index, 0, 0))
+            if ctx.use_kernel and q.shape[1] == 1:
+                from core.lm.kernels import decode_attention
+
+                heads = decode_attention(q[:, 0], cache_k.astype(dt), cache_v.astype(dt), ctx.mask[:, 0])[:, None]
+            else:
+                heads = attention(q, cache_k.astype(dt), cache_v.astype(dt), ctx.mask)
+        heads = hooks.on_heads(i, heads)
+        if hooks.capture is not None and hooks.capture.heads:
+            reads["heads"] = hooks.capture.gather(heads)
+        x = x + layer.self_attn.out(heads)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return x, cache_k, cache_v, reads
+
+    def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
+                 positions: jax.Array | None = None, attention_mask: jax.Array | None = None,
+                 segment_ids: jax.Array | None = None, cache: KVCache | None = None, hooks: Hooks | None = None,
+                 use_kernel: bool = False, logits_positions: jax.Array | None = None,
+                 return_hidden: bool = False, remat: str = "none") -> Output:
+        """tokens: (B, T) int, or inputs_embeds: (B, T, D) (e.g. an encoder's prefix concatenated with
+        `embed(tokens)`); positions then follow attention_mask as for tokens.
+        attention_mask: (B, T), True for real tokens (padding may be anywhere).
         segment_ids: (B, T) packed-sequence ids (no cache); positions restart in each segment.
         cache: write the T new keys/values at `cache.index` and attend over the whole cache.
-        logits_positions: (B, P) int, compute logits only there (saves the vocab projection).
+        logits_positions: (B, P) int, compute logits (or hidden states) only there.
+        return_hidden: return the final hidden states (after the final norm) and skip the LM head.
+        remat: rematerialise each block in the backward pass with a `remat_policy` ("none" = off).
         """
         c = self.config
         dt = dtype_of(c.dtype)
         hooks = hooks if hooks is not None else Hooks()
         hooks.validate(c.num_layers)
-        B, T = tokens.shape
+        x = self._input(tokens, inputs_embeds)
+        B, T = x.shape[:2]
         mask_t = (jnp.ones((B, T), bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool))
+        if mask_t.shape != (B, T):
+            raise ValueError(f"attention_mask shape {mask_t.shape}: expected (B, T) = {(B, T)}")
         if segment_ids is not None and cache is not None:
             raise ValueError("segment_ids with a cache: expected one or the other (packing is for training)")
 
@@ -264,6 +348,7 @@ class Transformer(nnx.Module):
                 mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
             new_valid = None
         else:
+            _check_cache(cache, c, B)
             S = cache.size
             if positions is None:
                 positions = cache.lengths[:, None] + jnp.maximum(jnp.cumsum(mask_t, axis=1) - 1, 0)
@@ -271,60 +356,58 @@ class Transformer(nnx.Module):
             new_valid = jax.lax.dynamic_update_slice(cache.valid, mask_t, (0, cache.index))
             mask = new_valid[:, None, :] & (jnp.arange(S)[None, None, :] <= slots[None, :, None])
         positions = jnp.asarray(positions, jnp.int32)
-        inv_freq = rope_inv_freq(c)
+        ctx = _Context(positions=positions, mask=mask, inv_freq=rope_inv_freq(c),
+                       cache_index=None if cache is None else cache.index, hooks=hooks, use_kernel=use_kernel)
 
-        want_res = hooks.capture is not None and hooks.capture.residual
-        want_heads = hooks.capture is not None and hooks.capture.heads
-        res_reads, head_reads, new_k, new_v = [], [], [], []
-
-        x = jnp.take(self.embed_tokens[...], tokens, axis=0).astype(dt)
-        for i, layer in enumerate(self.layers):
-            x = hooks.on_residual(i, x)
-            if want_res:
-                res_reads.append(hooks.capture.gather(x))
-            h = layer.input_layernorm(x)
-            q, k, v = layer.self_attn.qkv(h)
-            q = apply_rope(q, positions, inv_freq)
-            k = apply_rope(k, positions, inv_freq)
-            k, v = hooks.on_kv(i, k, v)
-            if cache is None:
-                heads = attention(q, k, v, mask)
-            else:
-                k_all = jax.lax.dynamic_update_slice(cache.k[i], k.astype(cache.k.dtype), (0, cache.index, 0, 0))
-                v_all = jax.lax.dynamic_update_slice(cache.v[i], v.astype(cache.v.dtype), (0, cache.index, 0, 0))
-                new_k.append(k_all)
-                new_v.append(v_all)
-                if use_kernel and T == 1:
-                    from core.lm.kernels import decode_attention
-
-                    heads = decode_attention(q[:, 0], k_all.astype(dt), v_all.astype(dt), mask[:, 0])[:, None]
-                else:
-                    heads = attention(q, k_all.astype(dt), v_all.astype(dt), mask)
-            heads = hooks.on_heads(i, heads)
-            if want_heads:
-                head_reads.append(hooks.capture.gather(heads))
-            x = x + layer.self_attn.out(heads)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        policy = remat_policy(remat) if remat != "none" else None
+        reads, new_k, new_v = [], [], []
+        for i in range(c.num_layers):
+            block = functools.partial(self._block, i, ctx=ctx)
+            if policy is not None:  # the weights and ctx are closed over: only activations are rematerialised
+                block = jax.checkpoint(block, policy=policy)
+            x, k_i, v_i, r = block(x, None if cache is None else cache.k[i], None if cache is None else cache.v[i])
+            reads.append(r)
+            new_k.append(k_i)
+            new_v.append(v_i)
         x = hooks.on_residual(c.num_layers, x)
-        if want_res:
-            res_reads.append(hooks.capture.gather(x))
+        captured = {}
+        if hooks.capture is not None and hooks.capture.residual:
+            captured["residual"] = jnp.stack([r["residual"] for r in reads] + [hooks.capture.gather(x)])
+        if hooks.capture is not None and hooks.capture.heads:
+            captured["heads"] = jnp.stack([r["heads"] for r in reads])
         if logits_positions is not None:
             x = jnp.take_along_axis(x, jnp.asarray(logits_positions, jnp.int32)[..., None], axis=1)
         x = self.norm(x)
-        if self.lm_head is None:
-            logits = jnp.einsum("btd,vd->btv", x, self.embed_tokens[...].astype(dt))
-        else:
-            logits = x @ self.lm_head[...].astype(dt)
-        captured = {}
-        if want_res:
-            captured["residual"] = jnp.stack(res_reads)
-        if want_heads:
-            captured["heads"] = jnp.stack(head_reads)
         new_cache = None
         if cache is not None:
-            new_cache = KVCache(k=jnp.stack(new_k), v=jnp.stack(new_v), valid=new_valid, index=cache.index + T,
-                                lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
+            new_positions = jax.lax.dynamic_update_slice(cache.positions, jnp.where(mask_t, positions, 0),
+                                                         (0, cache.index))
+            new_cache = KVCache(k=jnp.stack(new_k), v=jnp.stack(new_v), valid=new_valid, positions=new_positions,
+                                index=cache.index + T, lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
+        if return_hidden:
+            return Output(logits=None, cache=new_cache, captured=captured, hidden=x)
+        logits = x @ self.unembedding()
         return Output(logits=logits.astype(jnp.float32), cache=new_cache, captured=captured)
+
+    def _input(self, tokens: jax.Array | None, inputs_embeds: jax.Array | None) -> jax.Array:
+        c = self.config
+        if (tokens is None) == (inputs_embeds is None):
+            raise ValueError("tokens and inputs_embeds: expected exactly one of them")
+        if inputs_embeds is None:
+            tokens = jnp.asarray(tokens)
+            if tokens.ndim != 2:
+                raise ValueError(f"tokens shape {tokens.shape}: expected (B, T)")
+            return self.embed(tokens)
+        if inputs_embeds.ndim != 3 or inputs_embeds.shape[-1] != c.hidden_size:
+            raise ValueError(f"inputs_embeds shape {inputs_embeds.shape}: expected (B, T, hidden_size={c.hidden_size})")
+        return inputs_embeds.astype(dtype_of(c.dtype))
+
+
+def _check_cache(cache: KVCache, config: LMConfig, batch: int) -> None:
+    want = (config.num_layers, batch, cache.size, config.num_kv_heads, config.head_dim)
+    if cache.k.shape != want or cache.v.shape != want:
+        raise ValueError(f"cache k {cache.k.shape}: expected (layers, batch, slots, kv_heads, head_dim) = {want} "
+                         "(a cache from another config or batch)")
 
 
 def _segment_positions(segment_ids: jax.Array) -> jax.Array:
@@ -352,7 +435,12 @@ def abstract(config: LMConfig) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(model, nnx.Param)
 
 
-def apply(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, **kwargs) -> Output:
+def apply(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None = None, **kwargs) -> Output:
     """Pure forward: `Transformer.__call__` on merged (graphdef, params). Jittable; see Transformer."""
     model = nnx.merge(graphdef, params, copy=True)
     return model(tokens, **kwargs)
+
+
+def embed(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array) -> jax.Array:
+    """Token embeddings (B, T, D) in the compute dtype: concatenate a prefix to them for `inputs_embeds`."""
+    return nnx.merge(graphdef, params, copy=True).embed(jnp.asarray(tokens))
