@@ -3,6 +3,7 @@
 See core/lm/README.md. The `tiny_lm` experiment trains a small decoder from scratch on a synthetic task.
 """
 
+from core.lm.chat import ChatTemplate, GenerationDefaults, apply_chat_template
 from core.lm.configs import LMConfig, RopeScaling, TinyLMConfig, tiny_presets
 from core.lm.generate import GenerateOutput, SamplingConfig, decode, generate, pad_prompts, prefill, sample_logits
 from core.lm.hooks import Capture, Hooks, PatchHead, Steer

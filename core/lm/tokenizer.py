@@ -1,4 +1,5 @@
-"""Tokenizers through the `tokenizers` library: load a `tokenizer.json`, train small ones, Qwen chat format.
+"""Tokenizers through the `tokenizers` library: load a `tokenizer.json`, train small ones, Qwen chat format
+(ChatML, rendered by `core.lm.chat`).
 
 Nothing is downloaded: `load_tokenizer` reads a local file or folder, `train_word_level` / `train_bpe` build
 tokenizers from synthetic text in memory.
@@ -104,15 +105,21 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int = 512, specials: Sequence
 
 def chat_format(messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True,
                 system: str | None = None) -> str:
-    """Qwen-style ChatML: `<|im_start|>role\\ncontent<|im_end|>\\n` per message, then the assistant header."""
-    out = []
-    if system is not None and not (messages and messages[0].get("role") == "system"):
-        out.append(f"{IM_START}system\n{system}{IM_END}\n")
+    """Qwen-style ChatML: `<|im_start|>role\\ncontent<|im_end|>\\n` per message, then the assistant header.
+
+    A thin call of `core.lm.chat.apply_chat_template` with `CHATML_TEMPLATE`; for a model's own template (tools,
+    tool calls, Llama-3 headers) use `core.lm.chat.ChatTemplate.from_tokenizer_config(folder).render(...)`.
+    """
+    from core.lm.chat import CHATML_TEMPLATE, apply_chat_template
+
     for m in messages:
         role, content = m.get("role"), m.get("content")
         if role not in ("system", "user", "assistant", "tool") or not isinstance(content, str):
             raise ValueError(f"message {dict(m)!r}: expected role in system/user/assistant/tool and str content")
-        out.append(f"{IM_START}{role}\n{content}{IM_END}\n")
-    if add_generation_prompt:
-        out.append(f"{IM_START}assistant\n")
-    return "".join(out)
+    messages = list(messages)
+    if system is not None and not (messages and messages[0].get("role") == "system"):
+        messages.insert(0, {"role": "system", "content": system})
+    if not messages:
+        return f"{IM_START}assistant\n" if add_generation_prompt else ""
+    return apply_chat_template(CHATML_TEMPLATE, messages, add_generation_prompt=add_generation_prompt,
+                               template_name="ChatML (core.lm.tokenizer.chat_format)")
