@@ -1,12 +1,20 @@
-"""Jitted generation: prefill + `lax.scan` decode over a static-shape KV cache.
+"""Jitted generation: prefill + a `lax.while_loop` decode over a static-shape KV cache, resumable.
 
 Prompts are left-padded to a bucket length (`pad_prompts`), so every prompt length inside a bucket reuses
-one compiled program, and the decode loop is one `lax.scan`, so no step recompiles. Sampling: greedy
-(temperature 0), temperature, top-k and top-p. The returned log-probs are those of the model's own
-distribution (log_softmax of the raw logits) at the generated tokens, which is what policy-gradient RL needs.
+one compiled program. The decode loop is one `lax.while_loop` that exits as soon as every row has stopped
+(a stop token or a stop sequence) or `max_new_tokens` are out; no step recompiles. Sampling: greedy
+(temperature 0), temperature, top-k and top-p. Two log-probs come back per token: `logprobs`, of the model's
+own distribution (log_softmax of the raw logits, temperature 1), and `sample_logprobs`, of the distribution
+actually sampled from (after temperature / top-k / top-p; 0 for greedy).
+
+Every generated token, the stop token included, is written to the cache; a row that has stopped feeds
+masked pads, which are neither valid slots nor counted in `lengths`. So the returned `DecodeState` can be
+continued (`continue_decoding`: the same generation, further) or extended with a new turn
+(`append_tokens`: a user or tool message, then decode again) without re-prefilling, and a generation split
+in two calls gives exactly the tokens of one uninterrupted call.
 
 `prefill` and `decode` are public so a caller can edit the cache in between (C2C fuses another model's
-cache into the receiver's with `core.lm.model.write_kv`).
+cache into the receiver's with `core.lm.model.write_kv` or `core.lm.cache.import_kv`).
 """
 
 from __future__ import annotations
@@ -26,18 +34,26 @@ from core.lm.hooks import Hooks
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplingConfig:
-    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off. Generation stops per row at a stop token."""
+    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off. A row stops at a stop token or when its last
+    generated tokens equal one of `stop_sequences` (token tuples, e.g. a tool-call closing tag); stop tokens
+    cannot be sampled before `min_new_tokens` (as transformers' MinNewTokensLogitsProcessor), and stop
+    sequences are not matched before it."""
 
     max_new_tokens: int = 32
+    min_new_tokens: int = 0
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     stop_tokens: tuple[int, ...] = ()
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
     pad_id: int = 0
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens}: expected >= 1")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(f"min_new_tokens={self.min_new_tokens}: expected in [0, max_new_tokens="
+                             f"{self.max_new_tokens}]")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature}: expected >= 0")
         if self.top_k < 0:
@@ -45,18 +61,38 @@ class SamplingConfig:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p}: expected in (0, 1]")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
+        seqs = tuple(tuple(int(t) for t in s) for s in self.stop_sequences)
+        if any(len(s) == 0 for s in seqs):
+            raise ValueError(f"stop_sequences={self.stop_sequences!r}: expected non-empty token sequences")
+        object.__setattr__(self, "stop_sequences", seqs)
+
+
+class DecodeState(NamedTuple):
+    """Where a generation stands: the cache holds every token so far; logits (B, V) are the next token's;
+    done (B,) rows that have stopped; step () int32 tokens generated so far (it keys the sampling, so a
+    continued generation draws the same tokens as an uninterrupted one)."""
+
+    cache: model_lib.KVCache
+    logits: jax.Array
+    done: jax.Array
+    step: jax.Array
 
 
 class GenerateOutput(NamedTuple):
-    """tokens: (B, N) int32, `pad_id` after a row stops; logprobs: (B, N) float32 model log-probs of the
-    tokens (0 where not generated); mask: (B, N) True for generated tokens (the stop token included);
-    lengths: (B,) generated counts; cache: the final KVCache."""
+    """tokens: (B, N) int32, `pad_id` after a row stops; logprobs: (B, N) float32 model (temperature-1)
+    log-probs of the tokens; sample_logprobs: (B, N) log-probs under the distribution sampled from (0 for
+    greedy); both 0 where not generated; mask: (B, N) True for generated tokens (the stop token included);
+    lengths: (B,) generated counts; stopped: (B,) rows that ended on a stop token or sequence;
+    cache: the final KVCache; state: the DecodeState to continue from."""
 
     tokens: jax.Array
     logprobs: jax.Array
+    sample_logprobs: jax.Array
     mask: jax.Array
     lengths: jax.Array
+    stopped: jax.Array
     cache: model_lib.KVCache
+    state: DecodeState
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]], *, pad_id: int = 0, length: int | None = None,
@@ -80,11 +116,9 @@ def pad_prompts(prompts: Sequence[Sequence[int]], *, pad_id: int = 0, length: in
     return tokens, mask
 
 
-def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float = 0.0, top_k: int = 0,
-                  top_p: float = 1.0) -> jax.Array:
-    """Sample one token per row of logits (B, V). Static temperature/top_k/top_p."""
-    if temperature == 0.0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+def process_logits(logits: jax.Array, *, temperature: float, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """The logits of the distribution sampled from (B, V) float32: scaled by 1/temperature, -inf outside
+    the top-k and the top-p nucleus. Static temperature/top_k/top_p; temperature > 0."""
     logits = logits.astype(jnp.float32) / temperature
     if top_k > 0:
         kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][..., -1:]
@@ -96,85 +130,192 @@ def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float = 0.0
         n_keep = jnp.sum(mass_before < top_p, axis=-1, keepdims=True)  # >= 1
         threshold = jnp.take_along_axis(sorted_logits, n_keep - 1, axis=-1)
         logits = jnp.where(logits < threshold, -jnp.inf, logits)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    return logits
 
 
-def prefill(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, mask: jax.Array, *, cache_size: int,
-            hooks: Hooks | None = None, cache: model_lib.KVCache | None = None
-            ) -> tuple[jax.Array, model_lib.KVCache]:
-    """Run left-padded prompts (B, P) into a fresh cache of `cache_size` slots. Returns (last logits (B, V),
-    cache). Jittable (cache_size static)."""
-    B, P = tokens.shape
-    if P > cache_size:
-        raise ValueError(f"prompt length {P}: expected at most cache_size={cache_size}")
+def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float = 0.0, top_k: int = 0,
+                  top_p: float = 1.0) -> jax.Array:
+    """Sample one token per row of logits (B, V). Static temperature/top_k/top_p."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    processed = process_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    return jax.random.categorical(key, processed, axis=-1).astype(jnp.int32)
+
+
+def prefill(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, mask: jax.Array, *,
+            cache_size: int, hooks: Hooks | None = None, cache: model_lib.KVCache | None = None,
+            inputs_embeds: jax.Array | None = None) -> tuple[jax.Array, model_lib.KVCache]:
+    """Run left-padded prompts (B, P) (tokens, or inputs_embeds (B, P, D)) into a fresh cache of
+    `cache_size` slots, or append them to `cache`. Returns (last logits (B, V), cache). Jittable
+    (cache_size static)."""
+    x = tokens if tokens is not None else inputs_embeds
+    B, P = x.shape[:2]
     model = nnx.merge(graphdef, params, copy=True)
     if cache is None:
+        if P > cache_size:
+            raise ValueError(f"prompt length {P}: expected at most cache_size={cache_size}")
         cache = model_lib.init_cache(model.config, B, cache_size)
-    out = model(tokens, attention_mask=mask, cache=cache, hooks=hooks, logits_positions=jnp.full((B, 1), P - 1))
+    elif P > cache.size:
+        raise ValueError(f"{P} new tokens: expected at most the cache's {cache.size} slots")
+    out = model(tokens, inputs_embeds=inputs_embeds, attention_mask=mask, cache=cache, hooks=hooks,
+                logits_positions=jnp.full((B, 1), P - 1))
     return out.logits[:, -1], out.cache
 
 
-def decode(graphdef: nnx.GraphDef, params: nnx.State, cache: model_lib.KVCache, logits: jax.Array, key: jax.Array,
+def start_state(cache: model_lib.KVCache, logits: jax.Array) -> DecodeState:
+    """A fresh generation from a prefill's (logits, cache)."""
+    B = logits.shape[0]
+    return DecodeState(cache=cache, logits=logits, done=jnp.zeros((B,), bool), step=jnp.zeros((), jnp.int32))
+
+
+def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: jax.Array,
            sampling: SamplingConfig, *, hooks: Hooks | None = None, use_kernel: bool = False) -> GenerateOutput:
-    """Sample `max_new_tokens` tokens starting from `logits` (B, V) (the prefill's last logits). Jittable."""
+    """Sample up to `max_new_tokens` tokens from `state`, stopping early once every row is done. Jittable.
+
+    The token of generation step s is drawn with `fold_in(key, s)` (s counts from the generation's start,
+    across continued calls). The cache must have `max_new_tokens` free slots.
+    """
     s = sampling
     N = s.max_new_tokens
     model = nnx.merge(graphdef, params, copy=True)
+    B, V = state.logits.shape
     stop = jnp.asarray(s.stop_tokens if s.stop_tokens else (-1,), jnp.int32)
-    sample = functools.partial(sample_logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    window = max((len(q) for q in s.stop_sequences), default=1)
+    stop_mask = np.zeros((V,), bool)  # the stop tokens that min_new_tokens holds back
+    stop_mask[[t for t in s.stop_tokens if 0 <= t < V]] = True
 
-    def emit(logits, key, done):
-        tok = sample(logits, key)
-        lp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), tok[:, None], axis=-1)[:, 0]
+    def emit(logits, key, done, step):
+        if s.min_new_tokens > 0:
+            logits = jnp.where((step < s.min_new_tokens) & stop_mask[None, :], -jnp.inf, logits)
+        raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        if s.temperature == 0.0:
+            tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            sample_lp = jnp.zeros((B,), jnp.float32)
+        else:
+            processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+            tok = jax.random.categorical(key, processed, axis=-1).astype(jnp.int32)
+            sample_lp = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), tok[:, None], axis=-1)[:, 0]
+        lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
         live = ~done
-        tok = jnp.where(live, tok, s.pad_id)
-        lp = jnp.where(live, lp, 0.0)
-        new_done = done | jnp.isin(tok, stop)
-        return tok, lp, live, new_done
+        return jnp.where(live, tok, s.pad_id), jnp.where(live, lp, 0.0), jnp.where(live, sample_lp, 0.0), live
 
-    B = logits.shape[0]
-    tok0, lp0, live0, done0 = emit(logits, jax.random.fold_in(key, 0), jnp.zeros((B,), bool))
+    def cond(carry):
+        i, st = carry[0], carry[1]
+        return (i < N) & ~jnp.all(st.done)
 
-    def step(carry, i):
-        cache, tok, done = carry
-        out = model(tok[:, None], cache=cache, hooks=hooks, use_kernel=use_kernel)
-        tok, lp, live, done = emit(out.logits[:, -1], jax.random.fold_in(key, i), done)
-        return (out.cache, tok, done), (tok, lp, live)
+    def body(carry):
+        i, st, recent, toks, lps, slps, lives, stopped = carry
+        tok, lp, slp, live = emit(st.logits, jax.random.fold_in(key, st.step), st.done, st.step)
+        recent = jnp.concatenate([recent[:, 1:], tok[:, None]], axis=1)
+        hit = jnp.isin(tok, stop)
+        for q in s.stop_sequences:
+            hit |= jnp.all(recent[:, window - len(q):] == jnp.asarray(q, jnp.int32)[None], axis=1) & (
+                st.step + 1 >= max(len(q), s.min_new_tokens))
+        hit &= live
+        out = model(tok[:, None], attention_mask=live[:, None], cache=st.cache, hooks=hooks, use_kernel=use_kernel)
+        logits = jnp.where(live[:, None], out.logits[:, -1], st.logits)
+        st = DecodeState(cache=out.cache, logits=logits, done=st.done | hit, step=st.step + 1)
+        col = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None], (0, i))  # noqa: E731
+        return (i + 1, st, recent, col(toks, tok), col(lps, lp), col(slps, slp), col(lives, live), stopped | hit)
 
-    (cache, _, _), (toks, lps, lives) = jax.lax.scan(step, (cache, tok0, done0), jnp.arange(1, N))
-    tokens = jnp.concatenate([tok0[:, None], toks.T], axis=1)
-    logprobs = jnp.concatenate([lp0[:, None], lps.T], axis=1)
-    mask = jnp.concatenate([live0[:, None], lives.T], axis=1)
-    return GenerateOutput(tokens=tokens, logprobs=logprobs, mask=mask, lengths=mask.sum(axis=1).astype(jnp.int32),
-                          cache=cache)
+    init = (jnp.zeros((), jnp.int32), state, jnp.full((B, window), -1, jnp.int32),
+            jnp.full((B, N), s.pad_id, jnp.int32), jnp.zeros((B, N), jnp.float32), jnp.zeros((B, N), jnp.float32),
+            jnp.zeros((B, N), bool), jnp.zeros((B,), bool))
+    _, state, _, tokens, logprobs, sample_logprobs, mask, stopped = jax.lax.while_loop(cond, body, init)
+    return GenerateOutput(tokens=tokens, logprobs=logprobs, sample_logprobs=sample_logprobs, mask=mask,
+                          lengths=mask.sum(axis=1).astype(jnp.int32), stopped=stopped, cache=state.cache,
+                          state=state)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "cache_size", "use_kernel"))
-def _generate(graphdef, params, tokens, mask, key, prefill_hooks, decode_hooks, *, sampling, cache_size,
-              use_kernel):
-    logits, cache = prefill(graphdef, params, tokens, mask, cache_size=cache_size, hooks=prefill_hooks)
-    return decode(graphdef, params, cache, logits, key, sampling, hooks=decode_hooks, use_kernel=use_kernel)
+def _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, *, sampling,
+              cache_size, use_kernel):
+    logits, cache = prefill(graphdef, params, tokens, mask, cache_size=cache_size, hooks=prefill_hooks,
+                            inputs_embeds=inputs_embeds)
+    return decode(graphdef, params, start_state(cache, logits), key, sampling, hooks=decode_hooks,
+                  use_kernel=use_kernel)
 
 
-def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, mask: jax.Array, key: jax.Array,
-             sampling: SamplingConfig = SamplingConfig(), *, cache_size: int | None = None,
-             prefill_hooks: Hooks | None = None, decode_hooks: Hooks | None = None,
-             use_kernel: bool = False) -> GenerateOutput:
-    """Generate for left-padded prompts tokens/mask (B, P) (see `pad_prompts`). One compile per
+def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, mask: jax.Array,
+             key: jax.Array, sampling: SamplingConfig = SamplingConfig(), *, cache_size: int | None = None,
+             prefill_hooks: Hooks | None = None, decode_hooks: Hooks | None = None, use_kernel: bool = False,
+             inputs_embeds: jax.Array | None = None) -> GenerateOutput:
+    """Generate for left-padded prompts tokens/mask (B, P) (see `pad_prompts`), or for left-padded
+    `inputs_embeds` (B, P, D) with tokens None (an encoder's prefix before the text). One compile per
     (bucket length P, batch, sampling, cache_size); `use_kernel` runs decode attention in the Pallas kernel.
 
-    cache_size defaults to P + max_new_tokens; a smaller one is an error.
+    cache_size defaults to P + max_new_tokens; a smaller one is an error. Pass a larger one to continue or
+    extend the generation later (`continue_decoding`, `append_tokens`).
     """
-    tokens = jnp.asarray(tokens, jnp.int32)
+    if tokens is not None:
+        tokens = jnp.asarray(tokens, jnp.int32)
     mask = jnp.asarray(mask, bool)
-    if tokens.ndim != 2 or tokens.shape != mask.shape:
-        raise ValueError(f"tokens {tokens.shape} and mask {mask.shape}: expected the same (B, P) shape")
-    B, P = tokens.shape
-    needed = P + sampling.max_new_tokens - 1
+    shape = tokens.shape if tokens is not None else (inputs_embeds.shape[:2] if inputs_embeds is not None else None)
+    if shape is None or len(shape) != 2 or shape != mask.shape:
+        raise ValueError(f"tokens {None if tokens is None else tokens.shape} / inputs_embeds "
+                         f"{None if inputs_embeds is None else inputs_embeds.shape} and mask {mask.shape}: expected "
+                         "tokens (B, P) or inputs_embeds (B, P, D), with mask the same (B, P) shape")
+    B, P = shape
     if cache_size is None:
         cache_size = P + sampling.max_new_tokens
-    if needed > cache_size:
+    if P + sampling.max_new_tokens > cache_size:
         raise ValueError(f"prompt length {P} + max_new_tokens {sampling.max_new_tokens}: expected at most "
-                         f"cache_size={cache_size} + 1 positions; the prompt is longer than the cache allows")
-    return _generate(graphdef, params, tokens, mask, key, prefill_hooks, decode_hooks, sampling=sampling,
-                     cache_size=cache_size, use_kernel=use_kernel)
+                         f"cache_size={cache_size}; the prompt is longer than the cache allows")
+    return _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks,
+                     sampling=sampling, cache_size=cache_size, use_kernel=use_kernel)
+
+
+def _free_slots(state: DecodeState) -> int:
+    return state.cache.size - int(state.cache.index)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "use_kernel"))
+def _continue(graphdef, params, state, key, hooks, *, sampling, use_kernel):
+    return decode(graphdef, params, state, key, sampling, hooks=hooks, use_kernel=use_kernel)
+
+
+def continue_decoding(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: jax.Array,
+                      sampling: SamplingConfig, *, hooks: Hooks | None = None,
+                      use_kernel: bool = False) -> GenerateOutput:
+    """Go on with the same generation for `sampling.max_new_tokens` more tokens (rows that stopped stay
+    stopped). With the same key, the tokens equal those of one uninterrupted call."""
+    if sampling.max_new_tokens > _free_slots(state):
+        raise ValueError(f"max_new_tokens={sampling.max_new_tokens}: expected at most the cache's "
+                         f"{_free_slots(state)} free slots (generate with a larger cache_size, or extend_cache)")
+    return _continue(graphdef, params, state, key, hooks, sampling=sampling, use_kernel=use_kernel)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _append(graphdef, params, state, tokens, mask, hooks):
+    logits, cache = prefill(graphdef, params, tokens, mask, cache_size=state.cache.size, cache=state.cache,
+                            hooks=hooks)
+    has_new = mask.any(axis=1)
+    logits = jnp.where(has_new[:, None], logits, state.logits)
+    return DecodeState(cache=cache, logits=logits, done=jnp.zeros_like(state.done), step=jnp.zeros_like(state.step))
+
+
+def append_tokens(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, tokens: jax.Array,
+                  mask: jax.Array, *, hooks: Hooks | None = None) -> DecodeState:
+    """Append a new turn (a user or tool message, left-padded (B, T) with mask; a row may append nothing)
+    to a finished or paused generation, without re-prefilling. Returns a fresh DecodeState (no row done,
+    step 0) whose logits are each row's next-token logits after its appended tokens."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    mask = jnp.asarray(mask, bool)
+    if tokens.ndim != 2 or tokens.shape != mask.shape or tokens.shape[0] != state.logits.shape[0]:
+        raise ValueError(f"tokens {tokens.shape} and mask {mask.shape}: expected the same (B, T) shape with "
+                         f"B={state.logits.shape[0]}")
+    if tokens.shape[1] > _free_slots(state):
+        raise ValueError(f"{tokens.shape[1]} appended tokens: expected at most the cache's {_free_slots(state)} "
+                         "free slots (generate with a larger cache_size, or extend_cache)")
+    return _append(graphdef, params, state, tokens, mask, hooks)
+
+
+def extend_cache(state: DecodeState, extra_slots: int) -> DecodeState:
+    """The same state with `extra_slots` more empty cache slots (a copy; use before a long continuation)."""
+    if extra_slots < 0:
+        raise ValueError(f"extra_slots={extra_slots}: expected >= 0")
+    c = state.cache
+    pad = lambda x: jnp.pad(x, [(0, 0)] * 2 + [(0, extra_slots)] + [(0, 0)] * (x.ndim - 3))  # noqa: E731
+    cache = c._replace(k=pad(c.k), v=pad(c.v), valid=jnp.pad(c.valid, ((0, 0), (0, extra_slots))),
+                       positions=jnp.pad(c.positions, ((0, 0), (0, extra_slots))))
+    return state._replace(cache=cache)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from helpers import CompileCounter
 
-from core.lm.generate import SamplingConfig, generate, pad_prompts, sample_logits
+from core.lm import model as model_lib
+from core.lm.generate import (SamplingConfig, append_tokens, continue_decoding, extend_cache, generate, pad_prompts,
+                              process_logits, sample_logits)
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
 N = 5
@@ -104,3 +106,140 @@ def test_bad_inputs(tiny_lm):
         SamplingConfig(top_p=0.0)
     with pytest.raises(ValueError, match="same"):
         generate(graphdef, params, tokens, mask[:, :3], jax.random.key(0))
+
+
+def _stop_token(greedy):
+    """A token that row 1 generates at step 1, so rows stop at different steps."""
+    return int(greedy.tokens[1, 1])
+
+
+def test_a_stopped_row_writes_nothing_more_to_the_cache(tiny_lm, greedy):
+    """Regression: a stopped row fed its pad into the cache as a valid slot and counted it in `lengths`."""
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    out = generate(graphdef, params, tokens, mask, jax.random.key(0),
+                   SamplingConfig(max_new_tokens=N, stop_tokens=(_stop_token(greedy),)))
+    cache = out.state.cache
+    for b, prompt in enumerate(PROMPTS):
+        n = int(out.lengths[b])
+        assert int(cache.lengths[b]) == len(prompt) + n  # prompt + generated, the stop token included
+        assert int(np.asarray(cache.valid[b]).sum()) == len(prompt) + n
+        valid_positions = np.asarray(cache.positions[b])[np.asarray(cache.valid[b])]
+        np.testing.assert_array_equal(valid_positions, np.arange(len(prompt) + n))
+    assert int(out.lengths[1]) == 2 and bool(out.stopped[1])
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_continuing_from_the_returned_state_equals_one_call(tiny_lm, greedy, sampled):
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    kw = dict(temperature=0.8, top_k=8) if sampled else {}
+    stop = (_stop_token(greedy),)
+    one = generate(graphdef, params, tokens, mask, jax.random.key(5),
+                   SamplingConfig(max_new_tokens=8, stop_tokens=stop, **kw))
+    first = generate(graphdef, params, tokens, mask, jax.random.key(5),
+                     SamplingConfig(max_new_tokens=3, stop_tokens=stop, **kw), cache_size=8 + 8)
+    rest = continue_decoding(graphdef, params, first.state, jax.random.key(5),
+                             SamplingConfig(max_new_tokens=5, stop_tokens=stop, **kw))
+    for field in ("tokens", "logprobs", "sample_logprobs", "mask"):
+        joined = np.concatenate([np.asarray(getattr(first, field)), np.asarray(getattr(rest, field))], axis=1)
+        np.testing.assert_allclose(joined, np.asarray(getattr(one, field)), atol=1e-6, err_msg=field)
+    if not sampled:  # row 1 stops at step 1: the continuation had to keep it stopped
+        assert int(one.lengths[1]) == 2
+
+
+def test_append_a_turn_equals_prefilling_the_whole_conversation(tiny_lm, greedy):
+    """Generate, append a new user turn of a different length per row, generate again: the second answer
+    equals a fresh generation from the whole conversation as one prompt (positions across cache gaps)."""
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    sampling = SamplingConfig(max_new_tokens=4, stop_tokens=(_stop_token(greedy),))
+    first = generate(graphdef, params, tokens, mask, jax.random.key(0), sampling, cache_size=8 + 4 + 4 + 4)
+    turns = [[11, 12], [13], [14, 15, 16]]
+    t_tok, t_mask = pad_prompts(turns, bucket=4)
+    second_state = append_tokens(graphdef, params, first.state, t_tok, t_mask)
+    second = continue_decoding(graphdef, params, second_state, jax.random.key(0), sampling)
+    whole = [p + np.asarray(first.tokens[b])[np.asarray(first.mask[b])].tolist() + turns[b]
+             for b, p in enumerate(PROMPTS)]
+    w_tok, w_mask = pad_prompts(whole, bucket=8)
+    fresh = generate(graphdef, params, w_tok, w_mask, jax.random.key(0), sampling)
+    np.testing.assert_array_equal(np.asarray(second.tokens), np.asarray(fresh.tokens))
+    np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(fresh.logprobs), atol=1e-5)
+
+
+def test_stop_sequences_and_min_new_tokens(tiny_lm, greedy):
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    g = np.asarray(greedy.tokens)
+    seq = (int(g[0, 2]), int(g[0, 3]))  # row 0 generates it at steps 2-3
+    out = generate(graphdef, params, tokens, mask, jax.random.key(0),
+                   SamplingConfig(max_new_tokens=N, stop_sequences=(seq,)))
+    assert int(out.lengths[0]) <= 4 and bool(out.stopped[0])
+    n0 = int(out.lengths[0])
+    assert tuple(np.asarray(out.tokens[0, n0 - 2:n0])) == seq
+    for b in range(3):  # every row stops at the first completion of the sequence, or runs to N
+        row = g[b].tolist()
+        first_end = next((i + 2 for i in range(N - 1) if tuple(row[i:i + 2]) == seq), N)
+        assert int(out.lengths[b]) == first_end
+    # min_new_tokens: the stop token cannot be sampled before step 3
+    stop = _stop_token(greedy)
+    held = generate(graphdef, params, tokens, mask, jax.random.key(0),
+                    SamplingConfig(max_new_tokens=N, stop_tokens=(stop,), min_new_tokens=3))
+    assert (np.asarray(held.tokens[:, :3]) != stop).all() and (np.asarray(held.lengths) >= 3).all()
+
+
+def test_early_exit_once_every_row_has_stopped(tiny_lm, greedy):
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    first = tuple(int(t) for t in np.asarray(greedy.tokens[:, 0]))
+    out = generate(graphdef, params, tokens, mask, jax.random.key(0),
+                   SamplingConfig(max_new_tokens=30, stop_tokens=first))
+    assert int(out.state.step) == 1 and int(out.cache.index) == 8 + 1  # one step ran, not 30
+    assert (np.asarray(out.lengths) == 1).all()
+
+
+def test_sampled_and_raw_logprobs(tiny_lm):
+    """logprobs are log_softmax of the raw logits; sample_logprobs of the processed (temperature, top-k)
+    logits, both checked against a teacher-forced forward of the generated sequence."""
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    out = generate(graphdef, params, tokens, mask, jax.random.key(9),
+                   SamplingConfig(max_new_tokens=N, temperature=0.7, top_k=5))
+    for b, prompt in enumerate(PROMPTS):
+        seq = jnp.asarray([prompt + np.asarray(out.tokens[b]).tolist()])
+        logits = apply(params, seq).logits[0, len(prompt) - 1:len(prompt) - 1 + N]
+        tok = np.asarray(out.tokens[b])
+        raw = np.asarray(jax.nn.log_softmax(logits))[np.arange(N), tok]
+        proc = np.asarray(jax.nn.log_softmax(process_logits(logits, temperature=0.7, top_k=5)))[np.arange(N), tok]
+        np.testing.assert_allclose(np.asarray(out.logprobs[b]), raw, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(out.sample_logprobs[b]), proc, atol=1e-5)
+        assert not np.allclose(proc, raw, atol=1e-3)  # the two log-probs are different quantities
+    assert (np.asarray(generate(graphdef, params, tokens, mask, jax.random.key(0),
+                                SamplingConfig(max_new_tokens=2)).sample_logprobs) == 0).all()
+
+
+def test_generation_from_inputs_embeds_equals_tokens(tiny_lm, greedy):
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    embeds = model_lib.embed(graphdef, params, tokens)
+    out = generate(graphdef, params, None, mask, jax.random.key(0), SamplingConfig(max_new_tokens=N),
+                   inputs_embeds=embeds)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(greedy.tokens))
+
+
+def test_continuation_errors(tiny_lm, greedy):
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    out = generate(graphdef, params, tokens, mask, jax.random.key(0), SamplingConfig(max_new_tokens=2))
+    with pytest.raises(ValueError, match="free slots"):
+        continue_decoding(graphdef, params, out.state, jax.random.key(0), SamplingConfig(max_new_tokens=3))
+    grown = extend_cache(out.state, 3)
+    assert grown.cache.size == out.cache.size + 3
+    more = continue_decoding(graphdef, params, grown, jax.random.key(0), SamplingConfig(max_new_tokens=3))
+    np.testing.assert_array_equal(np.asarray(more.tokens), np.asarray(greedy.tokens[:, 2:5]))
+    with pytest.raises(ValueError, match="expected the same"):
+        append_tokens(graphdef, params, out.state, tokens[:2], mask[:2])
+    with pytest.raises(ValueError, match="stop_sequences"):
+        SamplingConfig(stop_sequences=((),))
+    with pytest.raises(ValueError, match="cache k"):
+        model_lib.apply(graphdef, params, tokens[:, :1], cache=model_lib.init_cache(config, 2, 8))
