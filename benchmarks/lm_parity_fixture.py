@@ -3,12 +3,15 @@
 For each tiny Qwen2/Llama config below, the weights come from `core.lm.weights.random_hf_tensors(config, seed)`
 (numpy only, so the test can rebuild them without torch); they are written with our `save_hf`, loaded by
 `transformers.AutoModelForCausalLM` (eager attention, float32) and run on a left-padded batch with explicit
-position ids. The fixture keeps only configs, inputs and reference logits (a few KB), not the weights:
+position ids; transformers' greedy `generate` (do_sample=False, no EOS, so every row runs all `GEN_NEW_TOKENS`
+steps) also continues a left-padded batch of prompts of different lengths (`GEN_LENGTHS`, padded to
+`GEN_PADDED`). The fixture keeps only configs, inputs, reference logits and greedy tokens (a few KB), not the
+weights:
 
     .venv/bin/python benchmarks/lm_parity_fixture.py   # writes tests/core/lm/fixtures/lm_parity.{json,npz}
 
-`tests/core/lm/test_lm_parity.py` compares our logits against it (no torch needed) and, when torch is
-installed, regenerates the reference live.
+`tests/core/lm/test_lm_parity.py` compares our logits and our greedy `core.lm.generate` tokens against it (no
+torch needed) and, when torch is installed, regenerates the reference live.
 """
 
 from __future__ import annotations
@@ -64,6 +67,22 @@ def inputs(config: LMConfig, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return tokens, mask, positions
 
 
+GEN_LENGTHS = (5, 8, 11)  # prompt lengths of the greedy-generation rows
+GEN_PADDED = 12  # left-padded to this length with token 0, attention mask 0 on the pads
+GEN_NEW_TOKENS = 10
+
+
+def generation_inputs(config: LMConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded prompts (3, 12) of lengths 5 / 8 / 11 (pad id 0) and their attention mask."""
+    rng = np.random.default_rng(2000 + seed)
+    tokens = np.zeros((len(GEN_LENGTHS), GEN_PADDED), np.int64)
+    mask = np.zeros_like(tokens)
+    for row, n in enumerate(GEN_LENGTHS):
+        tokens[row, GEN_PADDED - n:] = rng.integers(1, config.vocab_size, size=n)
+        mask[row, GEN_PADDED - n:] = 1
+    return tokens, mask
+
+
 def weights_checksum(tensors: dict[str, np.ndarray]) -> float:
     return float(sum(np.float64(t).sum() for t in tensors.values()))
 
@@ -85,6 +104,27 @@ def hf_logits(folder: str | pathlib.Path, tokens, mask, positions) -> np.ndarray
     return out.logits.float().numpy()
 
 
+def hf_greedy(folder: str | pathlib.Path, tokens, mask) -> tuple[np.ndarray, float]:
+    """transformers' greedy continuation (B, GEN_NEW_TOKENS) of left-padded prompts, and the smallest gap
+    between the best and second-best raw logit over all steps (how far the reference is from a tie)."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    config = GenerationConfig(do_sample=False, max_new_tokens=GEN_NEW_TOKENS, eos_token_id=None, pad_token_id=0,
+                              bos_token_id=None)
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.as_tensor(tokens), attention_mask=torch.as_tensor(mask),
+                             generation_config=config, return_dict_in_generate=True, output_logits=True)
+    new = out.sequences[:, tokens.shape[1]:].numpy()
+    logits = torch.stack(out.logits, dim=1).float().numpy()  # (B, N, V) raw, before any logits processor
+    if new.shape != (tokens.shape[0], GEN_NEW_TOKENS) or not np.array_equal(new, logits.argmax(-1)):
+        raise RuntimeError("transformers' greedy tokens are not the argmax of its raw logits: a processor ran")
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    return new, float((top2[..., 1] - top2[..., 0]).min())
+
+
 def reference(name: str) -> dict:
     config, seed = CASES[name]
     tensors = weights_lib.random_hf_tensors(config, seed)
@@ -93,8 +133,11 @@ def reference(name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         weights_lib.save_hf(tmp, config, params)
         logits = hf_logits(tmp, tokens, mask, positions)
+        gen_prompt, gen_mask = generation_inputs(config, seed)
+        greedy, gap = hf_greedy(tmp, gen_prompt, gen_mask)
     return dict(config=config, seed=seed, tokens=tokens, mask=mask, positions=positions, logits=logits,
-                checksum=weights_checksum(tensors))
+                checksum=weights_checksum(tensors), gen_prompt=gen_prompt, gen_mask=gen_mask, greedy=greedy,
+                greedy_min_gap=gap)
 
 
 def main() -> None:
@@ -103,15 +146,18 @@ def main() -> None:
 
     FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
     meta = {"generated_by": "benchmarks/lm_parity_fixture.py", "torch": torch.__version__,
+            "greedy": {"prompt_lengths": list(GEN_LENGTHS), "padded_to": GEN_PADDED, "new_tokens": GEN_NEW_TOKENS,
+                       "pad_id": 0, "do_sample": False, "eos_token_id": None},
             "transformers": transformers.__version__, "numpy": np.__version__, "cases": {}}
     arrays = {}
     for name in CASES:
         ref = reference(name)
         meta["cases"][name] = {"hf_config": ref["config"].to_hf(), "seed": ref["seed"],
-                               "weights_checksum": ref["checksum"]}
-        for key in ("tokens", "mask", "positions", "logits"):
+                               "weights_checksum": ref["checksum"], "greedy_min_top2_logit_gap": ref["greedy_min_gap"]}
+        for key in ("tokens", "mask", "positions", "logits", "gen_prompt", "gen_mask", "greedy"):
             arrays[f"{name}/{key}"] = ref[key].astype(np.float32 if key == "logits" else np.int32)
-        print(f"{name}: logits {ref['logits'].shape}, |logits| max {np.abs(ref['logits']).max():.3f}")
+        print(f"{name}: logits {ref['logits'].shape}, |logits| max {np.abs(ref['logits']).max():.3f}, greedy "
+              f"{ref['greedy'].shape}, smallest top-2 logit gap {ref['greedy_min_gap']:.2e}")
     (FIXTURE_DIR / "lm_parity.json").write_text(json.dumps(meta, indent=2) + "\n")
     np.savez_compressed(FIXTURE_DIR / "lm_parity.npz", **arrays)
     print(f"wrote {FIXTURE_DIR}/lm_parity.json and lm_parity.npz")

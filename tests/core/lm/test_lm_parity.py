@@ -1,6 +1,8 @@
-"""Logits parity with HuggingFace transformers for tiny random-init Qwen2/Llama configs (fp32, 1e-4).
+"""Logits (fp32, 1e-4) and greedy-generation (exact tokens) parity with HuggingFace transformers for tiny
+random-init Qwen2/Llama configs.
 
-The reference logits live in tests/core/lm/fixtures (made by benchmarks/lm_parity_fixture.py); the weights are
+The reference logits and greedy tokens live in tests/core/lm/fixtures (made by benchmarks/lm_parity_fixture.py);
+the weights are
 rebuilt from their seed with numpy, written with our save_hf and read back with our load_hf. A live test
 regenerates the reference with transformers when torch is installed.
 """
@@ -15,6 +17,7 @@ import pytest
 from core.lm import model as model_lib
 from core.lm import weights as weights_lib
 from core.lm.configs import LMConfig
+from core.lm.generate import SamplingConfig, generate, pad_prompts
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 META = json.loads((FIXTURES / "lm_parity.json").read_text())
@@ -54,6 +57,27 @@ def test_logits_match_transformers_fixture(name, tmp_path):
     if name == CASES[0]:  # positions default to cumsum(mask) - 1, as HF's generate computes them
         default = np.asarray(_apply(graphdef, params, tokens, attention_mask=mask).logits)
         np.testing.assert_allclose(default[valid], ref[valid], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_greedy_generation_matches_transformers_fixture(name):
+    """Left-padded rows of different prompt lengths (5 / 8 / 11 in 12 slots), 10 greedy tokens, no EOS: our
+    `generate` emits exactly transformers' tokens (the fixture also records how far each step was from a tie)."""
+    case, spec = META["cases"][name], META["greedy"]
+    config = LMConfig.from_hf(case["hf_config"])
+    tensors = weights_lib.random_hf_tensors(config, case["seed"])
+    assert sum(np.float64(t).sum() for t in tensors.values()) == pytest.approx(case["weights_checksum"], rel=1e-12)
+    graphdef, params = weights_lib.params_from_hf_tensors(config, tensors)
+    prompt, prompt_mask, ref = (ARRAYS[f"{name}/{k}"] for k in ("gen_prompt", "gen_mask", "greedy"))
+    prompts = [row[m.astype(bool)].tolist() for row, m in zip(prompt, prompt_mask)]
+    assert [len(p) for p in prompts] == spec["prompt_lengths"] and case["greedy_min_top2_logit_gap"] > 1e-4
+    tokens, mask = pad_prompts(prompts, pad_id=spec["pad_id"], length=spec["padded_to"])
+    np.testing.assert_array_equal(tokens, prompt)
+    np.testing.assert_array_equal(mask, prompt_mask.astype(bool))
+    out = generate(graphdef, params, tokens, mask, jax.random.key(0),
+                   SamplingConfig(max_new_tokens=spec["new_tokens"], temperature=0.0, pad_id=spec["pad_id"]))
+    np.testing.assert_array_equal(np.asarray(out.tokens), ref)
+    assert np.asarray(out.mask).all()
 
 
 @pytest.mark.parametrize("name", CASES)
