@@ -5,9 +5,12 @@ See core/lm/README.md. The `tiny_lm` experiment trains a small decoder from scra
 
 from core.lm.chat import ChatTemplate, GenerationDefaults, apply_chat_template
 from core.lm.configs import LMConfig, RopeScaling, TinyLMConfig, tiny_presets
-from core.lm.generate import GenerateOutput, SamplingConfig, decode, generate, pad_prompts, prefill, sample_logits
+from core.lm.cache import KVSection, export_kv, import_kv
+from core.lm.generate import (DecodeState, GenerateOutput, SamplingConfig, append_tokens, continue_decoding, decode,
+                              extend_cache, generate, pad_prompts, prefill, sample_logits, start_state)
+from core.lm.logprobs import chunked_logprobs, sequence_logprobs
 from core.lm.hooks import Capture, Hooks, PatchHead, Steer
-from core.lm.model import KVCache, Output, Transformer, abstract, apply, init, init_cache, read_kv, write_kv
+from core.lm.model import KVCache, Output, Transformer, abstract, apply, embed, init, init_cache, read_kv, write_kv
 from core.lm.weights import load_hf, save_hf
 from core.registry import Experiment
 
@@ -29,6 +32,8 @@ EXPERIMENT = Experiment(
 
 __all__ = [
     "LMConfig", "RopeScaling", "TinyLMConfig", "GenerateOutput", "SamplingConfig", "decode", "generate",
+    "DecodeState", "append_tokens", "continue_decoding", "extend_cache", "start_state", "KVSection", "export_kv",
+    "import_kv", "chunked_logprobs", "sequence_logprobs", "embed",
     "pad_prompts", "prefill", "sample_logits", "Capture", "Hooks", "PatchHead", "Steer", "KVCache", "Output",
     "Transformer", "abstract", "apply", "init", "init_cache", "read_kv", "write_kv", "load_hf", "save_hf",
     "EXPERIMENT",
