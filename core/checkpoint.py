@@ -4,6 +4,8 @@ A checkpoint holds the train state (params, optimizer state, step, PRNG key: any
 iterator's position and the config it was written under. Restoring takes a template state already placed
 on the target devices, so a checkpoint written on one mesh restores onto any other sharding. The last
 `keep` checkpoints are kept, and with `best_metric` the best one by that metric is kept beside them.
+The None fields of a NamedTuple state (`core.train.TrainState.frozen` when unused) are not stored, so a state
+that gained an optional field reads and writes the same checkpoints as before.
 """
 
 from __future__ import annotations
@@ -27,9 +29,22 @@ def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def _without_unset_fields(state: Any) -> Any:
+    """A NamedTuple state with None fields is stored as the dict of its other fields (orbax's NamedTuple layout)."""
+    if isinstance(state, tuple) and hasattr(state, "_asdict") and any(v is None for v in state):
+        return {k: v for k, v in state._asdict().items() if v is not None}
+    return state
+
+
+def _with_unset_fields(restored: Any, template: Any) -> Any:
+    if isinstance(restored, dict) and isinstance(template, tuple) and hasattr(template, "_asdict"):
+        return type(template)(**{k: restored.get(k) for k in template._fields})
+    return restored
+
+
 def _to_storable(state: Any) -> Any:
     """Typed PRNG keys are stored as their raw uint32 data."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, state)
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, _without_unset_fields(state))
 
 
 def _abstract(template: Any) -> Any:
@@ -95,13 +110,14 @@ class Checkpointer:
             raise CheckpointMismatchError(
                 f"checkpoint {manager.directory}/{step} was written under another config: "
                 f"{_config_diff(extra['config'], self.fingerprint)}; use a new --workdir or the same settings")
+        stored_template = _without_unset_fields(template)
         try:
             restored = manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(_abstract(template))))["state"]
+                state=ocp.args.StandardRestore(_abstract(stored_template))))["state"]
         except (ValueError, TypeError, KeyError) as err:
             raise CheckpointMismatchError(f"checkpoint {manager.directory}/{step} does not fit this model's "
                                           f"state: {err}") from err
-        return _from_storable(restored, template), extra["data_state"]
+        return _with_unset_fields(_from_storable(restored, stored_template), template), extra["data_state"]
 
     def close(self) -> None:
         self._last.close()

@@ -290,7 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from core.registry import UnknownExperimentError
     try:
         return args.func(args)
-    except (CLIError, ConfigError, UnknownExperimentError, CheckpointMismatchError, FileNotFoundError) as err:
+    except (CLIError, ConfigError, UnknownExperimentError, CheckpointMismatchError, FileNotFoundError,
+            FloatingPointError) as err:  # a diverged run (non-finite loss or parameters) is a user error too
         print(f"iclr26: error: {err}", file=sys.stderr)
         return 2
 

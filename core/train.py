@@ -1,9 +1,12 @@
 """A small, purely functional training scaffold: state pytree, jitted step, and a resumable fit loop.
 
-`make_train_step` turns `loss_fn(params, batch, key) -> (loss, metrics)` and an optax transformation into a
-jitted, donating `step(state, batch) -> (state, metrics)`. `fit` drives it: progress bar, metrics fetched
-from the device every `log_every` steps (never every step), a NaN/inf check at log time, checkpoints and
-automatic resume from the run folder, including the data iterator's position.
+`make_train_step` turns `loss_fn(params, batch, key) -> (loss, metrics)` (or `loss_fn(params, batch, key,
+frozen)` when the state carries frozen arrays) and an optax transformation into a jitted, donating
+`step(state, batch) -> (state, metrics)`, optionally with gradient accumulation over microbatches, bf16 compute
+on fp32 master weights and the learning rate in the metrics. `fit` drives it: progress bar, metrics fetched
+from the device every `log_every` steps (never every step) with steps/s and tokens/s, a finiteness check of
+the loss and the parameter norm before every checkpoint write (so no checkpoint is ever non-finite),
+checkpoints and automatic resume from the run folder, including the data iterator's position.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -24,41 +28,149 @@ from core import sharding as sharding_lib
 from core.checkpoint import Checkpointer
 
 Metrics = dict[str, jax.Array]
-LossFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+LossFn = Callable[..., tuple[jax.Array, Mapping[str, jax.Array]]]
 
 
 class TrainState(NamedTuple):
+    """params and opt_state are trained; step counts updates; key is the run's typed PRNG key.
+
+    frozen: arrays the loss reads but that are never differentiated, updated or donated (base weights under
+    LoRA, a reference policy); None when unused. `fit` does not checkpoint them (they are reloaded from their
+    source: pass a state whose `frozen` is already set, and a resumed run reuses it).
+    """
+
     params: Any
     opt_state: Any
     step: jax.Array
     key: jax.Array
+    frozen: Any = None
 
 
-def init_train_state(params: Any, tx: optax.GradientTransformation, key: jax.Array) -> TrainState:
-    """A fresh state at step 0; `key` is a typed PRNG key (`jax.random.key`)."""
+def init_train_state(params: Any, tx: optax.GradientTransformation, key: jax.Array, frozen: Any = None
+                     ) -> TrainState:
+    """A fresh state at step 0; `key` is a typed PRNG key (`jax.random.key`).
+
+    A `frozen` leaf that is the very array of a `params` leaf (a reference policy started from the policy) is
+    copied, so donating the params never invalidates it.
+    """
     if not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
         raise ValueError(f"key of dtype {jnp.asarray(key).dtype}: expected a typed key from jax.random.key(seed)")
-    return TrainState(params, tx.init(params), jnp.zeros((), jnp.int32), key)
+    if frozen is not None:
+        shared = {id(x) for x in jax.tree.leaves(params)}
+        frozen = jax.tree.map(lambda x: jnp.copy(x) if id(x) in shared else x, frozen)
+    return TrainState(params, tx.init(params), jnp.zeros((), jnp.int32), key, frozen)
+
+
+def _cast_floating(tree: Any, dtype: Any) -> Any:
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def _microbatches(batch: Any, k: int) -> Any:
+    """(B, ...) -> (k, B / k, ...); microbatch i holds rows i, i + k, i + 2k, ... so that a batch split over
+    the "data" axis stays split the same way within every microbatch (no resharding)."""
+    def split(x):
+        x = jnp.asarray(x)
+        if x.ndim == 0 or x.shape[0] % k:
+            raise ValueError(f"batch leaf of shape {x.shape}: accumulate={k} needs a leading axis divisible "
+                             f"by {k}")
+        return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
+    return jax.tree.map(split, batch)
+
+
+def _batch_tokens(batch: Any) -> jax.Array | None:
+    if isinstance(batch, Mapping) and "loss_mask" in batch:
+        return jnp.sum(jnp.asarray(batch["loss_mask"]) != 0).astype(jnp.float32)
+    return None
 
 
 def make_train_step(loss_fn: LossFn, tx: optax.GradientTransformation, *, donate: bool = True,
-                    state_sharding: Any = None, batch_sharding: Any = None
+                    state_sharding: Any = None, batch_sharding: Any = None, accumulate: int = 1,
+                    compute_dtype: Any = None, schedule: optax.Schedule | None = None
                     ) -> Callable[[TrainState, Any], tuple[TrainState, Metrics]]:
-    """The jitted update. The step's key is `fold_in(state.key, state.step)`: never reused, resumable."""
+    """The jitted update. The step's key is `fold_in(state.key, state.step)`: never reused, resumable.
 
-    def step(state: TrainState, batch: Any) -> tuple[TrainState, Metrics]:
+    loss_fn: `(params, batch, key) -> (loss, metrics)`, or `(params, batch, key, frozen)` when `state.frozen`
+      is not None (the frozen arrays as given, never differentiated, never donated).
+    accumulate: k > 1 splits every batch leaf's leading axis B into k microbatches of B / k (rows i, i+k, ...)
+      and runs them under `lax.scan` inside the jitted step: gradients and metrics are averaged (a `tokens`
+      metric is summed), then one optimizer update. Peak activation memory is that of one microbatch; the
+      extra cost is one float32 gradient accumulator the size of the params. Microbatch i gets the key
+      `fold_in(step_key, i)` (k = 1 uses the step key itself). For a loss that is a mean over examples the
+      update equals the full-batch one (with uneven per-microbatch token counts a token mean is reweighted).
+    compute_dtype: e.g. "bfloat16": the loss sees the floating params cast to it; the state keeps its (fp32)
+      master weights; gradients flow back through the cast (bf16-rounded) to the params' dtype. Batch and frozen arrays
+      are passed as given (load frozen base weights in the compute dtype).
+    schedule: the optimizer's learning-rate schedule; adds `lr` = schedule(state.step), the rate this update
+      applies (optax counts updates from 0 like `state.step`).
+
+    Metrics (float32 scalars): the loss's own, `loss`, `grad_norm` (of the averaged gradient), `lr` with a
+    schedule, and `tokens` (the loss's `tokens` metric if it returns one, else the number of nonzero entries
+    of `batch["loss_mask"]` when the batch is a mapping with that key) for `fit`'s tokens/s.
+    """
+    if accumulate < 1:
+        raise ValueError(f"accumulate={accumulate}: expected a positive number of microbatches")
+    compute = None if compute_dtype is None else jnp.dtype(compute_dtype)
+    if compute is not None and not jnp.issubdtype(compute, jnp.floating):
+        raise ValueError(f"compute_dtype={compute_dtype!r}: expected a floating dtype such as 'bfloat16'")
+
+    def loss_and_metrics(params, frozen, batch, key):
+        if compute is not None:
+            params = _cast_floating(params, compute)
+        loss, metrics = loss_fn(params, batch, key) if frozen is None else loss_fn(params, batch, key, frozen)
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in dict(metrics).items()}
+        tokens = _batch_tokens(batch)
+        if "tokens" not in metrics and tokens is not None:
+            metrics["tokens"] = tokens
+        loss = jnp.asarray(loss, jnp.float32)
+        return loss, {**metrics, "loss": loss}
+
+    grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+
+    def grads_and_metrics(params, frozen, batch, key):
+        if accumulate == 1:
+            (_, metrics), grads = grad_fn(params, frozen, batch, key)
+            return grads, metrics
+        micro = _microbatches(batch, accumulate)
+        first = jax.tree.map(lambda x: x[0], micro)
+        (_, shape), _ = jax.eval_shape(grad_fn, params, frozen, first, key)
+        zeros = (jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params),
+                 jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), shape))
+
+        def body(acc, inp):
+            i, mb = inp
+            (_, metrics), grads = grad_fn(params, frozen, mb, jax.random.fold_in(key, i))
+            return jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, (grads, metrics)), None
+
+        (grads, metrics), _ = jax.lax.scan(body, zeros, (jnp.arange(accumulate), micro))
+        grads = jax.tree.map(lambda g, p: (g / accumulate).astype(p.dtype), grads, params)
+        metrics = {k: v if k == "tokens" else v / accumulate for k, v in metrics.items()}
+        return grads, metrics
+
+    def step(state: TrainState, frozen: Any, batch: Any) -> tuple[TrainState, Metrics]:
         key = jax.random.fold_in(state.key, state.step)
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key)
+        grads, metrics = grads_and_metrics(state.params, frozen, batch, key)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+        if schedule is not None:
+            metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
         return TrainState(params, opt_state, state.step + 1, state.key), metrics
 
-    kwargs: dict[str, Any] = {"donate_argnums": (0,)} if donate else {}
+    kwargs: dict[str, Any] = {"donate_argnums": (0,)} if donate else {}  # the frozen arrays (arg 1) are not donated
     if state_sharding is not None or batch_sharding is not None:
-        kwargs["in_shardings"] = (state_sharding, batch_sharding)
-        kwargs["out_shardings"] = (state_sharding, None)
-    return jax.jit(step, **kwargs)
+        if isinstance(state_sharding, TrainState):
+            trained, frozen_sharding = state_sharding._replace(frozen=None), state_sharding.frozen
+        else:  # one sharding (or None) for the whole state
+            trained = frozen_sharding = state_sharding
+        kwargs["in_shardings"] = (trained, frozen_sharding, batch_sharding)
+        kwargs["out_shardings"] = (trained, None)
+    jitted = jax.jit(step, **kwargs)
+
+    def train_step(state: TrainState, batch: Any) -> tuple[TrainState, Metrics]:
+        new, metrics = jitted(state._replace(frozen=None), state.frozen, batch)
+        return new._replace(frozen=state.frozen), metrics
+
+    return train_step
 
 
 def progress(iterable: Iterable | None = None, total: int | None = None, desc: str = "", *,
@@ -106,15 +218,93 @@ class MetricsLog:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
-def _summarise(pending: list[Metrics], first_step: int, last_step: int) -> dict[str, float]:
-    stacked = jax.device_get(jax.tree.map(lambda *xs: jnp.stack(xs).mean(0), *pending))
-    record = {k: float(v) for k, v in stacked.items()}
-    bad = [k for k, v in record.items() if not math.isfinite(v)]
+# ---- finiteness: no checkpoint ever holds a non-finite value (issue #49) ----
+
+def _global_norm(params: Any) -> jax.Array:
+    """L2 norm over every floating leaf, scaled by the largest magnitude so that huge but finite parameters
+    (1e30) give a finite norm; NaN or inf anywhere gives a non-finite one."""
+    leaves = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    if not leaves:
+        return jnp.zeros((), jnp.float32)
+    peak = jnp.max(jnp.stack([jnp.max(jnp.abs(x)).astype(jnp.float32) for x in leaves]))
+    scale = jnp.where(peak > 0, peak, 1.0)
+    total = sum(jnp.sum(jnp.square(jnp.abs(x).astype(jnp.float32) / scale)) for x in leaves)
+    return scale * jnp.sqrt(total)
+
+
+@jax.jit
+def _finite_probe(values: dict[str, Any], params: Any) -> tuple[dict[str, jax.Array], jax.Array]:
+    stacked = {k: jnp.stack(v) if isinstance(v, (list, tuple)) else jnp.atleast_1d(v) for k, v in values.items()}
+    return {k: jnp.isfinite(v) for k, v in stacked.items()}, _global_norm(params)
+
+
+def _span(unit: str, first: int, last: int) -> str:
+    return f"{unit} {first}" if first == last else f"{unit}s {first}-{last}"
+
+
+def last_finite_checkpoint(checkpointer: Checkpointer | None, unit: str = "step") -> str:
+    """The end of every divergence message: where a rerun resumes from."""
+    if checkpointer is None:
+        return "no checkpoint is written (no run folder)"
+    latest = checkpointer.latest_step()
+    if latest is None:
+        return "no finite checkpoint was written, so a rerun starts afresh"
+    return f"the last finite checkpoint is {unit} {latest} ({checkpointer.directory}), which a rerun resumes from"
+
+
+def check_finite(values: Mapping[str, Any], params: Any, *, first: int, last: int,
+                 checkpointer: Checkpointer | None, unit: str = "step") -> float:
+    """Raise a one-line FloatingPointError unless every value and the global norm of `params` are finite.
+
+    Call it before writing a checkpoint. values: name -> a scalar (over the whole range) or a sequence / 1-D
+    array whose entry i belongs to `unit` first + i (e.g. the losses of the steps since the last check). The
+    finiteness flags and the norm are computed in one jitted call and fetched together. The message names the
+    first bad step, the metric and `last_finite_checkpoint(checkpointer)`. Returns the parameter norm.
+    """
+    finite, norm = jax.device_get(_finite_probe({k: v for k, v in values.items()}, params))
+    for name, ok in finite.items():
+        ok = np.asarray(ok).reshape(-1)
+        if not ok.all():
+            at = f"{unit} {first + int(np.argmin(ok))}" if ok.size > 1 else _span(unit, first, last)
+            raise FloatingPointError(
+                f"non-finite {name} at {at} (checked {_span(unit, first, last)} before writing a checkpoint); "
+                f"{last_finite_checkpoint(checkpointer, unit)}; lower the learning rate or check the data")
+    if not math.isfinite(float(norm)):
+        raise FloatingPointError(
+            f"non-finite parameters (global norm {float(norm)}) after {unit} {last} (checked "
+            f"{_span(unit, first, last)} before writing a checkpoint); {last_finite_checkpoint(checkpointer, unit)}; "
+            "lower the learning rate or check the data")
+    return float(norm)
+
+
+def _summarise(pending: list[Metrics], first_step: int, last_step: int, checkpointer: Checkpointer | None
+               ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Fetch the interval's metrics at once: the record (means; `lr` at the last step) and the per-step values."""
+    stacked = jax.device_get(jax.tree.map(lambda *xs: jnp.stack(xs), *pending))
+    stacked = {k: np.asarray(v, np.float64) for k, v in stacked.items()}
+    record = {k: float(v[-1] if k == "lr" else v.mean()) for k, v in stacked.items()}
+    bad = [k for k, v in stacked.items() if not np.isfinite(v).all()]
     if bad:
-        raise FloatingPointError(f"non-finite {', '.join(bad)} between steps {first_step} and {last_step} "
-                                 f"({', '.join(f'{k}={record[k]}' for k in bad)}); lower the learning rate or "
-                                 "check the data; the last good checkpoint is kept")
-    return record
+        at = first_step + min(int(np.argmin(np.isfinite(stacked[k]))) for k in bad)
+        raise FloatingPointError(f"non-finite {', '.join(bad)} from step {at} (logged steps {first_step}-"
+                                 f"{last_step}: {', '.join(f'mean {k}={record[k]}' for k in bad)}); "
+                                 f"{last_finite_checkpoint(checkpointer)}; lower the learning rate or check the data")
+    return record, stacked
+
+
+def _without_frozen(state: Any) -> Any:
+    return state._replace(frozen=None) if isinstance(state, TrainState) else state
+
+
+def _save_finite(checkpointer: Checkpointer, step: int, state: Any, loader: Any, last_eval: dict[str, float]
+                 ) -> None:
+    """Save (without the frozen arrays) unless an eval metric, which a "best" checkpoint would hold, is not finite."""
+    bad = [k for k, v in last_eval.items() if not math.isfinite(v)]
+    if bad:
+        raise FloatingPointError(f"non-finite {', '.join(bad)} at step {step} (evaluated before writing a checkpoint); "
+                                 f"{last_finite_checkpoint(checkpointer)}; lower the learning rate or check the data")
+    checkpointer.save(step, _without_frozen(state), data_state=loader.state(),
+                      metrics={k.removeprefix("eval/"): v for k, v in last_eval.items()})
 
 
 def fit(state: TrainState, train_step: Callable, loader: Any, *, num_steps: int, workdir: str | pathlib.Path,
@@ -127,6 +317,13 @@ def fit(state: TrainState, train_step: Callable, loader: Any, *, num_steps: int,
     `loader` yields host batches and has `state()`/`restore()` (e.g. `core.data.ArrayLoader`); with `mesh`
     each batch is placed on it, split over "data". `eval_fn(state) -> metrics` runs every `eval_every`
     steps and at the end. Returns the final state and every logged record (from the JSONL, resumes included).
+
+    Each record holds the interval's mean metrics, `lr` at the logged step (with a step made with `schedule=`),
+    `steps_per_s` and, when the step reports `tokens`, `tokens_per_s`: wall clock over the interval, without
+    the process's first (compiling) step and without time spent in eval and checkpoint writes. Before every
+    checkpoint the losses of the steps since the last check and the parameter norm are checked (`check_finite`):
+    a non-finite run raises FloatingPointError naming the step, and the last checkpoint stays the last finite
+    one. `state.frozen` is not checkpointed: the state passed in supplies it, on resume too.
     """
     for name, value in (("num_steps", num_steps), ("log_every", log_every), ("ckpt_every", ckpt_every)):
         if value < 1:
@@ -134,34 +331,60 @@ def fit(state: TrainState, train_step: Callable, loader: Any, *, num_steps: int,
     workdir = pathlib.Path(workdir)
     checkpointer = Checkpointer(workdir / "checkpoints", keep=keep, config=config,
                                 best_metric=best_metric, best_mode=best_mode)
+    frozen = getattr(state, "frozen", None)
     start = 0
     if checkpointer.latest_step() is not None:
-        state, data_state = checkpointer.restore(state)
+        restored, data_state = checkpointer.restore(_without_frozen(state))
+        state = restored._replace(frozen=frozen) if isinstance(restored, TrainState) else restored
         loader.restore(data_state)
         start = int(jax.device_get(state.step))
     log = MetricsLog(workdir / "metrics.jsonl", start)
     eval_every = eval_every or (num_steps if eval_fn else None)
     pending: list[Metrics] = []
+    unchecked: list[jax.Array] = []  # losses of the steps since the last finiteness check
     last_eval: dict[str, float] = {}
     bar = progress(total=num_steps, initial=start, desc=f"train {workdir.name}", disable=not progress_bar)
-    for step in range(start + 1, num_steps + 1):
-        batch = next(loader)
-        if mesh is not None:
-            batch = sharding_lib.shard_batch(batch, mesh)
-        state, metrics = train_step(state, batch)
-        pending.append(metrics)
-        if step % log_every == 0 or step == num_steps:
-            record = _summarise(pending, step - len(pending) + 1, step)
-            pending = []
-            log.write({"step": step, **record})
-            bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
-        if eval_fn is not None and (step % eval_every == 0 or step == num_steps):
-            last_eval = {f"eval/{k}": float(v) for k, v in jax.device_get(dict(eval_fn(state))).items()}
-            log.write({"step": step, **last_eval})
-        if step % ckpt_every == 0 or step == num_steps:
-            checkpointer.save(step, state, data_state=loader.state(),
-                              metrics={k.removeprefix("eval/"): v for k, v in last_eval.items()})
-        bar.update(1)
-    bar.close()
-    checkpointer.close()
+    clock, untimed, paused = None, 0, 0.0  # throughput: interval start, untimed steps in it, time not training
+    try:  # the bar ends its line and the checkpointer closes even when the run diverges
+        for step in range(start + 1, num_steps + 1):
+            batch = next(loader)
+            if mesh is not None:
+                batch = sharding_lib.shard_batch(batch, mesh)
+            state, metrics = train_step(state, batch)
+            pending.append(metrics)
+            if "loss" in metrics:
+                unchecked.append(metrics["loss"])
+            if clock is None:  # the first step of this process compiles: time from its end
+                jax.block_until_ready(metrics)
+                clock, untimed = time.perf_counter(), 1
+            if step % log_every == 0 or step == num_steps:
+                record, per_step = _summarise(pending, step - len(pending) + 1, step, checkpointer)
+                seconds = time.perf_counter() - clock - paused
+                timed = len(pending) - untimed
+                if timed > 0 and seconds > 0:
+                    record["steps_per_s"] = timed / seconds
+                    if "tokens" in per_step:
+                        record["tokens_per_s"] = float(per_step["tokens"][untimed:].sum()) / seconds
+                pending, untimed, paused, clock = [], 0, 0.0, time.perf_counter()
+                log.write({"step": step, **record})
+                bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
+            do_eval = eval_fn is not None and (step % eval_every == 0 or step == num_steps)
+            do_ckpt = step % ckpt_every == 0 or step == num_steps
+            if do_eval or do_ckpt:
+                jax.block_until_ready(state)  # the steps so far are done; what follows is not training time
+                t0 = time.perf_counter()
+                if do_ckpt:  # before eval: a diverged state is neither evaluated nor saved
+                    check_finite({"loss": unchecked} if unchecked else {}, state.params,
+                                 first=step - len(unchecked) + 1, last=step, checkpointer=checkpointer)
+                    unchecked = []
+                if do_eval:
+                    last_eval = {f"eval/{k}": float(v) for k, v in jax.device_get(dict(eval_fn(state))).items()}
+                    log.write({"step": step, **last_eval})
+                if do_ckpt:
+                    _save_finite(checkpointer, step, state, loader, last_eval)
+                paused += time.perf_counter() - t0
+            bar.update(1)
+    finally:
+        bar.close()
+        checkpointer.close()
     return state, log.read()

@@ -32,7 +32,7 @@ from flax import nnx
 from core import plots
 from core import sharding as sharding_lib
 from core.checkpoint import Checkpointer
-from core.train import progress, write_metrics
+from core.train import check_finite, progress, write_metrics
 from forecasting import data as data_lib
 from forecasting.phaseformer import losses, model as model_lib
 from forecasting.phaseformer.configs import Config
@@ -256,10 +256,11 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
         params, opt_state, train_loss = epoch_fn(params, opt_state, train_series, jax.random.fold_in(k_train, epoch),
                                                  lr)
         val = eval_val(params, val_series)
+        # before anything is recorded or checkpointed: losses and the parameter norm, fetched together (issue #49)
+        check_finite({"train_loss": train_loss, "val_loss": val["loss"]}, params, first=epoch + 1, last=epoch + 1,
+                     checkpointer=checkpointer, unit="epoch")
         row = {"epoch": epoch + 1, "lr": lr, "train_loss": float(train_loss), "val_loss": float(val["loss"]),
                "val_mse": float(val["mse"]), "seconds": time.perf_counter() - t0}
-        if not all(math.isfinite(row[k]) for k in ("train_loss", "val_loss")):
-            raise FloatingPointError(f"non-finite loss at epoch {epoch + 1}: {row}")
         history.append(row)
         if log is not None:
             log(row)

@@ -144,3 +144,17 @@ def test_demo_leaves_out_methods_marked_not_in_demo_and_names_them(capsys, tmp_p
     assert code == 0
     assert "Not in the combined demo (too long; run `iclr26 demo --only NAME`): slowpoke" in out
     assert "fast" in (tmp_path / "report.md").read_text() and "slowpoke" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_diverging_run_is_one_line_exit_2_and_writes_no_non_finite_checkpoint(capsys, tmp_path):
+    # issue #49: checkpoints (every 10 steps) far more frequent than logging (every 100); adam at lr=1e30 diverges
+    # at step 2, so not one checkpoint is finite and none may be written
+    code, _, err = _run_cli(capsys, "run", "regression", "--preset", "tiny", "--set", "lr=1e30", "--set",
+                            "ckpt_every=10", "--set", "log_every=100", "--workdir", str(tmp_path))
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("iclr26:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith("iclr26: error: non-finite loss at step 2 (checked steps 1-10 before writing a "
+                               "checkpoint); no finite checkpoint was written, so a rerun starts afresh")
+    checkpoints = Checkpointer(tmp_path / "checkpoints", best_metric="mse")
+    assert checkpoints.latest_step() is None and checkpoints.best_step() is None
