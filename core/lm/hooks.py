@@ -10,6 +10,10 @@ per head, before the output projection, shape (B, T, H, head_dim).
                   patch=(PatchHead(layer=2, head=5, value=val),)) # replace one head's output
     out = apply(graphdef, params, tokens, hooks=hooks)             # out.captured["residual"], ["heads"]
 
+`PatchHeadAt` is `PatchHead` with a traced layer and head, so one compiled forward serves every head (see
+`core.lm.interp.head_patching_sweep`). `Capture` also reads, when asked, attention patterns, the attention and
+MLP block outputs and each head's contribution to the residual stream (`head_contributions`).
+
 Callables (`residual_fn(layer, x)`, `head_fn(layer, heads)`, `kv_fn(layer, k, v)`) are static fields: pass
 the same function object to avoid recompiling. The KV cache itself is an explicit input and output of the
 forward (`core.lm.model.KVCache`), so reading and writing it needs no hook (see `read_kv`/`write_kv`).
@@ -77,24 +81,94 @@ class PatchHead:
 
 
 @struct.dataclass
-class Capture:
-    """Read residuals (L+1, B, P, D) and/or head outputs (L, B, P, H, head_dim) at `positions` (B, P).
+class PatchHeadAt:
+    """`PatchHead` whose `layer` and `head` are traced int32 scalars, not static ints.
 
-    positions=None reads every position (P = T).
+    It is applied in every block as a select on `layer == i` and a one-hot over heads, so changing the layer or
+    head does not recompile, and `vmap`/`lax.map` over (layer, head) runs a sweep over every head as one
+    program (causal mediation: function vectors' CIE). value: broadcastable to (B, T, head_dim), e.g. a mean
+    activation (head_dim,); where: (B, T) bool, None = every position. A layer or head outside the model's
+    range patches nothing (traced values cannot be range-checked).
+    """
+
+    value: jax.Array
+    layer: jax.Array
+    head: jax.Array
+    where: jax.Array | None = None
+
+    def apply_at(self, block: int, heads: jax.Array) -> jax.Array:
+        """heads: (B, T, H, Dh) of block `block` (a static int) -> patched heads."""
+        B, T, H, Dh = heads.shape
+        layer, head = jnp.asarray(self.layer), jnp.asarray(self.head)
+        if layer.shape != () or head.shape != () or not (jnp.issubdtype(layer.dtype, jnp.integer)
+                                                         and jnp.issubdtype(head.dtype, jnp.integer)):
+            raise ValueError(f"PatchHeadAt layer {layer.shape} {layer.dtype}, head {head.shape} {head.dtype}: "
+                             "expected integer scalars")
+        val = jnp.asarray(self.value, heads.dtype)
+        try:
+            val = jnp.broadcast_to(val, (B, T, Dh))
+        except ValueError:
+            raise ValueError(f"PatchHeadAt.value shape {val.shape}: expected broadcastable to (B, T, head_dim) = "
+                             f"{(B, T, Dh)}") from None
+        select = (layer == block) & (jnp.arange(H) == head)  # (H,)
+        select = jnp.broadcast_to(select[None, None, :], (B, T, H))
+        if self.where is not None:
+            where = jnp.asarray(self.where).astype(bool)
+            if where.shape != (B, T):
+                raise ValueError(f"PatchHeadAt.where shape {where.shape}: expected (B, T) = {(B, T)}")
+            select = select & where[:, :, None]
+        return jnp.where(select[..., None], val[:, :, None, :], heads)
+
+
+def head_contributions(heads: jax.Array, o_proj: jax.Array,
+                       branch: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+    """Each head's write into the residual stream: heads[..., h, :] @ o_proj[h] (+ its share of `branch`).
+
+    heads: (B, P, H, Dh) attention output before `o_proj`; o_proj: (H, Dh, D). branch: an extra linear map
+    (B, P, H, Dh) -> (B, P, D) on the same input (a LoRA adapter on o_proj); head h's share is the branch of
+    the heads with every other head zeroed. Returns (B, P, H, D); the sum over heads plus the o_proj bias (if
+    any) is the attention block's output.
+    """
+    contrib = jnp.einsum("bphk,hkd->bphd", heads, o_proj.astype(heads.dtype))
+    if branch is not None:
+        H = heads.shape[2]
+        one_head = heads[None] * jnp.eye(H, dtype=heads.dtype)[:, None, None, :, None]  # (H, B, P, H, Dh)
+        contrib = contrib + jnp.moveaxis(jax.vmap(branch)(one_head), 0, 2)
+    return contrib
+
+
+@struct.dataclass
+class Capture:
+    """Read activations of every block at `positions` (B, P); positions=None reads every position (P = T).
+
+    Flags (static) and what each adds to `Output.captured` (H query heads, S keys: T, or the cache size):
+      residual      "residual"      (L+1, B, P, D)   block inputs, and the last block's output
+      heads         "heads"         (L, B, P, H, Dh) per-head attention output before o_proj
+      patterns      "patterns"      (L, B, H, P, S)  softmax attention probabilities (float32), query rows at
+                                                     `positions`; masked keys are 0, rows sum to 1
+      attn_out      "attn_out"      (L, B, P, D)     attention block output (after o_proj and its bias)
+      mlp_out       "mlp_out"       (L, B, P, D)     MLP block output
+      head_contrib  "head_contrib"  (L, B, P, H, D)  head h's output through its slice of o_proj
+    `patterns` needs the XLA attention path: the Pallas decode kernel (`use_kernel=True`) does not form probs.
     """
 
     positions: jax.Array | None = None
     residual: bool = struct.field(pytree_node=False, default=True)
     heads: bool = struct.field(pytree_node=False, default=True)
+    patterns: bool = struct.field(pytree_node=False, default=False)
+    attn_out: bool = struct.field(pytree_node=False, default=False)
+    mlp_out: bool = struct.field(pytree_node=False, default=False)
+    head_contrib: bool = struct.field(pytree_node=False, default=False)
 
-    def gather(self, x: jax.Array) -> jax.Array:
+    def gather(self, x: jax.Array, axis: int = 1) -> jax.Array:
+        """x[b, ..., positions[b, p], ...] along `axis` (the position axis); identity when positions is None."""
         if self.positions is None:
             return x
         pos = jnp.asarray(self.positions, jnp.int32)
         if pos.ndim != 2 or pos.shape[0] != x.shape[0]:
             raise ValueError(f"Capture.positions shape {pos.shape}: expected (B, P) with B={x.shape[0]}")
-        idx = pos.reshape(pos.shape + (1,) * (x.ndim - 2))
-        return jnp.take_along_axis(x, idx, axis=1)
+        idx = pos.reshape(pos.shape[:1] + (1,) * (axis - 1) + pos.shape[1:] + (1,) * (x.ndim - axis - 1))
+        return jnp.take_along_axis(x, idx, axis=axis)
 
 
 @struct.dataclass
@@ -119,7 +193,9 @@ class Hooks:
 
     def on_heads(self, layer: int, heads: jax.Array) -> jax.Array:
         for p in self.patch:
-            if p.layer == layer:
+            if isinstance(p, PatchHeadAt):
+                heads = p.apply_at(layer, heads)
+            elif p.layer == layer:
                 heads = p.apply(heads)
         if self.head_fn is not None:
             heads = self.head_fn(layer, heads)
@@ -135,8 +211,11 @@ class Hooks:
             if not isinstance(s, Steer) or not 0 <= s.layer <= num_layers:
                 raise ValueError(f"steer entry {s!r}: expected Steer with layer in [0, {num_layers}]")
         for p in self.patch:
+            if isinstance(p, PatchHeadAt):
+                continue  # traced layer/head: an out-of-range one patches nothing
             if not isinstance(p, PatchHead) or not 0 <= p.layer < num_layers:
-                raise ValueError(f"patch entry {p!r}: expected PatchHead with layer in [0, {num_layers})")
+                raise ValueError(f"patch entry {p!r}: expected PatchHead with layer in [0, {num_layers}) "
+                                 "or PatchHeadAt")
 
 
 def no_hooks() -> Hooks:

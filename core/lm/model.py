@@ -17,8 +17,7 @@ import numpy as np
 from flax import nnx
 
 from core.lm.configs import LMConfig
-from core.lm.hooks import Hooks
-from core.lm.sharding import constrain
+from core.lm.hooks import Hooks, head_contributions
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -178,17 +177,25 @@ class Attention(nnx.Module):
         return y
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Softmax attention with GQA. q: (B, T, H, Dh); k, v: (B, S, KVH, Dh); mask: (B, T, S) bool."""
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+              return_probs: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Softmax attention with GQA. q: (B, T, H, Dh); k, v: (B, S, KVH, Dh); mask: (B, T, S) bool.
+
+    Returns the per-head output (B, T, H, Dh), and with `return_probs` also the float32 probabilities
+    (B, H, T, S) (query head h reads KV head h // (H // KVH); masked keys get exactly 0 unless a row has no
+    visible key, which is then uniform).
+    """
     B, T, H, Dh = q.shape
     KVH = k.shape[2]
     G = H // KVH
     qg = q.reshape(B, T, KVH, G, Dh)
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) * (Dh ** -0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(B, T, H, Dh)
+    probs32 = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs32.astype(v.dtype), v).reshape(B, T, H, Dh)
+    if return_probs:
+        return out, probs32.reshape(B, H, T, k.shape[1])
+    return out
 
 
 class MLP(nnx.Module):
@@ -293,23 +300,38 @@ class Transformer(nnx.Module):
         q = apply_rope(q, ctx.positions, ctx.inv_freq)
         k = apply_rope(k, ctx.positions, ctx.inv_freq)
         k, v = hooks.on_kv(i, k, v)
+        cap = hooks.capture
+        want_probs = cap is not None and cap.patterns
         if cache_k is None:
-            heads = attention(q, k, v, ctx.mask)
+            heads = attention(q, k, v, ctx.mask, return_probs=want_probs)
         else:
             cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, ctx.cache_index, 0, 0))
             cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, ctx.cache_index, 0, 0))
             if ctx.use_kernel and q.shape[1] == 1:
+                if want_probs:
+                    raise ValueError("Capture(patterns=True) with use_kernel=True: the Pallas decode kernel does not "
+                                     "form attention probabilities; expected use_kernel=False to capture them")
                 from core.lm.kernels import decode_attention
 
                 heads = decode_attention(q[:, 0], cache_k.astype(dt), cache_v.astype(dt), ctx.mask[:, 0])[:, None]
             else:
-                heads = attention(q, cache_k.astype(dt), cache_v.astype(dt), ctx.mask)
+                heads = attention(q, cache_k.astype(dt), cache_v.astype(dt), ctx.mask, return_probs=want_probs)
+        if want_probs:
+            heads, probs = heads
+            reads["patterns"] = cap.gather(probs, axis=2)
         heads = hooks.on_heads(i, heads)
-        if hooks.capture is not None and hooks.capture.heads:
-            reads["heads"] = hooks.capture.gather(heads)
-        x = x + layer.self_attn.out(heads)
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-        x = constrain(x, ("batch", "seq", "embed"))  # block output: batch over "data" under a mesh
+        if cap is not None and cap.heads:
+            reads["heads"] = cap.gather(heads)
+        if cap is not None and cap.head_contrib:
+            reads["head_contrib"] = head_contributions(cap.gather(heads), layer.self_attn.o_proj[...])
+        attn_out = layer.self_attn.out(heads)
+        x = x + attn_out
+        mlp_out = layer.mlp(layer.post_attention_layernorm(x))
+        x = x + mlp_out
+        if cap is not None and cap.attn_out:
+            reads["attn_out"] = cap.gather(attn_out)
+        if cap is not None and cap.mlp_out:
+            reads["mlp_out"] = cap.gather(mlp_out)
         return x, cache_k, cache_v, reads
 
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
@@ -331,7 +353,6 @@ class Transformer(nnx.Module):
         hooks = hooks if hooks is not None else Hooks()
         hooks.validate(c.num_layers)
         x = self._input(tokens, inputs_embeds)
-        x = constrain(x, ("batch", "seq", "embed"))  # embedding output: batch over "data" under a mesh
         B, T = x.shape[:2]
         mask_t = (jnp.ones((B, T), bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool))
         if mask_t.shape != (B, T):
@@ -376,12 +397,12 @@ class Transformer(nnx.Module):
         captured = {}
         if hooks.capture is not None and hooks.capture.residual:
             captured["residual"] = jnp.stack([r["residual"] for r in reads] + [hooks.capture.gather(x)])
-        if hooks.capture is not None and hooks.capture.heads:
-            captured["heads"] = jnp.stack([r["heads"] for r in reads])
+        for name in ("heads", "patterns", "head_contrib", "attn_out", "mlp_out"):  # per block: (L, ...)
+            if reads and name in reads[0]:
+                captured[name] = jnp.stack([r[name] for r in reads])
         if logits_positions is not None:
             x = jnp.take_along_axis(x, jnp.asarray(logits_positions, jnp.int32)[..., None], axis=1)
         x = self.norm(x)
-        x = constrain(x, ("batch", "seq", "embed"))  # hidden output / LM head input: batch over "data"
         new_cache = None
         if cache is not None:
             new_positions = jax.lax.dynamic_update_slice(cache.positions, jnp.where(mask_t, positions, 0),
