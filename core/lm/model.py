@@ -18,6 +18,7 @@ from flax import nnx
 
 from core.lm.configs import LMConfig
 from core.lm.hooks import Hooks, head_contributions
+from core.lm.sharding import constrain
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -332,6 +333,7 @@ class Transformer(nnx.Module):
             reads["attn_out"] = cap.gather(attn_out)
         if cap is not None and cap.mlp_out:
             reads["mlp_out"] = cap.gather(mlp_out)
+        x = constrain(x, ("batch", "seq", "embed"))  # block output: batch over "data" under a mesh
         return x, cache_k, cache_v, reads
 
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
@@ -353,6 +355,7 @@ class Transformer(nnx.Module):
         hooks = hooks if hooks is not None else Hooks()
         hooks.validate(c.num_layers)
         x = self._input(tokens, inputs_embeds)
+        x = constrain(x, ("batch", "seq", "embed"))  # embedding output: batch over "data" under a mesh
         B, T = x.shape[:2]
         mask_t = (jnp.ones((B, T), bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool))
         if mask_t.shape != (B, T):
@@ -403,6 +406,7 @@ class Transformer(nnx.Module):
         if logits_positions is not None:
             x = jnp.take_along_axis(x, jnp.asarray(logits_positions, jnp.int32)[..., None], axis=1)
         x = self.norm(x)
+        x = constrain(x, ("batch", "seq", "embed"))  # hidden output / LM head input: batch over "data"
         new_cache = None
         if cache is not None:
             new_positions = jax.lax.dynamic_update_slice(cache.positions, jnp.where(mask_t, positions, 0),
