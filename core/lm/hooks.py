@@ -173,7 +173,10 @@ class Capture:
 
 @struct.dataclass
 class Hooks:
-    """All interventions of one forward pass. Every field is optional; `Hooks()` is the identity."""
+    """All interventions of one forward pass. Every field is optional; `Hooks()` is the identity.
+
+    steer: `Steer`s; patch: `PatchHead`s (static layer/head) and/or `PatchHeadAt`s (traced layer/head, applied
+    in every block); capture: what to read (`Capture`)."""
 
     steer: tuple = ()
     patch: tuple = ()

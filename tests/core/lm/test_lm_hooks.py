@@ -1,4 +1,5 @@
-"""Hooks: steering, head patching, capture, KV read/write: checked against hand computations."""
+"""Hooks: steering, head patching (static and traced, a sweep over every head), capture (residuals, heads,
+attention patterns, block outputs, per-head contributions), KV read/write: checked against hand computations."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +7,11 @@ import numpy as np
 import pytest
 
 from core.lm import model as model_lib
-from core.lm.hooks import Capture, Hooks, PatchHead, Steer
+from core.lm import weights as weights_lib
+from core.lm.configs import LMConfig
+from core.lm.hooks import Capture, Hooks, PatchHead, PatchHeadAt, Steer
+from core.lm.interp import head_patching_sweep
+from helpers import CompileCounter
 
 TOKENS = jnp.asarray([[3, 7, 11, 2, 9, 5], [1, 4, 4, 8, 30, 12]], jnp.int32)
 
@@ -131,12 +136,6 @@ def test_bad_hook_specs(tiny_lm):
 
 
 # --- interpretability at scale: traced head patching, attention patterns, block outputs ---------------------
-
-from core.lm import weights as weights_lib  # noqa: E402
-from core.lm.configs import LMConfig  # noqa: E402
-from core.lm.hooks import PatchHeadAt  # noqa: E402
-from core.lm.interp import head_patching_sweep  # noqa: E402
-from tests.helpers import CompileCounter  # noqa: E402
 
 # 4 layers x 8 heads (GQA 8/4), q/k/v/o biases (Llama attention_bias), head_dim * heads != hidden
 WIDE = LMConfig(architecture="llama", vocab_size=40, hidden_size=32, intermediate_size=48, num_layers=4,
