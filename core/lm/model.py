@@ -18,6 +18,7 @@ from flax import nnx
 
 from core.lm.configs import LMConfig
 from core.lm.hooks import Hooks, head_contributions
+from core.lm.lora import LayerLora, LoraInputs
 from core.lm.sharding import constrain
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -158,11 +159,13 @@ class Attention(nnx.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def qkv(self, x: jax.Array, lora: LayerLora | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
         dt = x.dtype
         q = jnp.einsum("btd,dhk->bthk", x, self.q_proj[...].astype(dt))
         k = jnp.einsum("btd,dhk->bthk", x, self.k_proj[...].astype(dt))
         v = jnp.einsum("btd,dhk->bthk", x, self.v_proj[...].astype(dt))
+        if lora is not None:  # on the linear map itself, before q/k norm (PEFT wraps the Linear)
+            q, k, v = lora("q_proj", x, q), lora("k_proj", x, k), lora("v_proj", x, v)
         if self.q_bias is not None:
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
@@ -171,8 +174,10 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
-    def out(self, heads: jax.Array) -> jax.Array:
+    def out(self, heads: jax.Array, lora: LayerLora | None = None) -> jax.Array:
         y = jnp.einsum("bthk,hkd->btd", heads, self.o_proj[...].astype(heads.dtype))
+        if lora is not None:
+            y = lora("o_proj", heads, y)
         if self.o_bias is not None:
             y = y + self.o_bias[...].astype(heads.dtype)
         return y
@@ -209,11 +214,14 @@ class MLP(nnx.Module):
         self.up_proj = _param(rngs, _normal, (D, F), ("embed", "mlp"), pd)
         self.down_proj = _param(rngs, _normal, (F, D), ("mlp", "embed"), pd)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, lora: LayerLora | None = None) -> jax.Array:
         dt = x.dtype
         g = x @ self.gate_proj[...].astype(dt)
         u = x @ self.up_proj[...].astype(dt)
-        return (jax.nn.silu(g) * u) @ self.down_proj[...].astype(dt)
+        if lora is None:
+            return (jax.nn.silu(g) * u) @ self.down_proj[...].astype(dt)
+        h = jax.nn.silu(lora("gate_proj", x, g)) * lora("up_proj", x, u)
+        return lora("down_proj", h, h @ self.down_proj[...].astype(dt))
 
 
 class Block(nnx.Module):
@@ -261,6 +269,7 @@ class _Context(NamedTuple):
     cache_index: jax.Array | None
     hooks: Hooks
     use_kernel: bool
+    lora: LoraInputs | None = None
 
 
 class Transformer(nnx.Module):
@@ -297,7 +306,8 @@ class Transformer(nnx.Module):
         if hooks.capture is not None and hooks.capture.residual:
             reads["residual"] = hooks.capture.gather(x)
         h = layer.input_layernorm(x)
-        q, k, v = layer.self_attn.qkv(h)
+        lora = None if ctx.lora is None else ctx.lora.layer(i)
+        q, k, v = layer.self_attn.qkv(h, lora)
         q = apply_rope(q, ctx.positions, ctx.inv_freq)
         k = apply_rope(k, ctx.positions, ctx.inv_freq)
         k, v = hooks.on_kv(i, k, v)
@@ -325,9 +335,9 @@ class Transformer(nnx.Module):
             reads["heads"] = cap.gather(heads)
         if cap is not None and cap.head_contrib:
             reads["head_contrib"] = head_contributions(cap.gather(heads), layer.self_attn.o_proj[...])
-        attn_out = layer.self_attn.out(heads)
+        attn_out = layer.self_attn.out(heads, lora)
         x = x + attn_out
-        mlp_out = layer.mlp(layer.post_attention_layernorm(x))
+        mlp_out = layer.mlp(layer.post_attention_layernorm(x), lora)
         x = x + mlp_out
         if cap is not None and cap.attn_out:
             reads["attn_out"] = cap.gather(attn_out)
@@ -340,7 +350,7 @@ class Transformer(nnx.Module):
                  positions: jax.Array | None = None, attention_mask: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, cache: KVCache | None = None, hooks: Hooks | None = None,
                  use_kernel: bool = False, logits_positions: jax.Array | None = None,
-                 return_hidden: bool = False, remat: str = "none") -> Output:
+                 return_hidden: bool = False, remat: str = "none", lora: LoraInputs | None = None) -> Output:
         """tokens: (B, T) int, or inputs_embeds: (B, T, D) (e.g. an encoder's prefix concatenated with
         `embed(tokens)`); positions then follow attention_mask as for tokens.
         attention_mask: (B, T), True for real tokens (padding may be anywhere).
@@ -349,6 +359,7 @@ class Transformer(nnx.Module):
         logits_positions: (B, P) int, compute logits (or hidden states) only there.
         return_hidden: return the final hidden states (after the final norm) and skip the LM head.
         remat: rematerialise each block in the backward pass with a `remat_policy` ("none" = off).
+        lora: `core.lm.lora.LoraInputs` (adapters, config, dropout key): add the LoRA branches.
         """
         c = self.config
         dt = dtype_of(c.dtype)
@@ -384,7 +395,8 @@ class Transformer(nnx.Module):
             mask = new_valid[:, None, :] & (jnp.arange(S)[None, None, :] <= slots[None, :, None])
         positions = jnp.asarray(positions, jnp.int32)
         ctx = _Context(positions=positions, mask=mask, inv_freq=rope_inv_freq(c),
-                       cache_index=None if cache is None else cache.index, hooks=hooks, use_kernel=use_kernel)
+                       cache_index=None if cache is None else cache.index, hooks=hooks, use_kernel=use_kernel,
+                       lora=lora)
 
         policy = remat_policy(remat) if remat != "none" else None
         reads, new_k, new_v = [], [], []
