@@ -334,7 +334,9 @@ class Transformer(nnx.Module):
         if cap is not None and cap.heads:
             reads["heads"] = cap.gather(heads)
         if cap is not None and cap.head_contrib:
-            reads["head_contrib"] = head_contributions(cap.gather(heads), layer.self_attn.o_proj[...])
+            o_lora = None if lora is None else (  # an o_proj adapter's branch alone (zero base output)
+                lambda z: lora("o_proj", z, jnp.zeros(z.shape[:2] + x.shape[-1:], z.dtype)))
+            reads["head_contrib"] = head_contributions(cap.gather(heads), layer.self_attn.o_proj[...], o_lora)
         attn_out = layer.self_attn.out(heads, lora)
         x = x + attn_out
         mlp_out = layer.mlp(layer.post_attention_layernorm(x), lora)

@@ -326,3 +326,28 @@ def test_bad_traced_patch_and_sweep_inputs(wide_lm):
         head_patching_sweep(graphdef, params, tokens, jnp.zeros((4, 2, 6, 8, 4)), _answer_logprob, jnp.zeros(2, int),
                             batch_size=33)
 
+
+def test_per_head_contributions_include_an_o_proj_lora_adapter(wide_lm):
+    from core.lm.lora import LoraConfig, LoraInputs, LoraWeights, init_lora
+
+    config, graphdef, params, apply = wide_lm
+    tokens = jnp.asarray([[3, 7, 11, 2, 9, 5], [1, 4, 4, 8, 30, 12]], jnp.int32)
+    lcfg = LoraConfig(rank=2, alpha=4.0, targets=("o_proj",))
+    adapters = init_lora(config, lcfg, jax.random.key(0))
+    rng = np.random.default_rng(5)
+    adapters = {i: {t: LoraWeights(a=w.a, b=jnp.asarray(rng.standard_normal(w.b.shape), jnp.float32))
+                    for t, w in ts.items()} for i, ts in adapters.items()}
+    cap = Hooks(capture=Capture(attn_out=True, head_contrib=True))
+    out = apply(params, tokens, hooks=cap, lora=LoraInputs(adapters=adapters, config=lcfg))
+    base = apply(params, tokens, hooks=cap)
+    pure = params.to_pure_dict()
+    for l in range(config.num_layers):
+        o_bias = np.asarray(pure["layers"][l]["self_attn"]["o_bias"])
+        got = np.asarray(out.captured["head_contrib"][l])
+        assert np.abs(np.asarray(out.captured["attn_out"][l]) - np.asarray(base.captured["attn_out"][l])).max() > 1e-2
+        np.testing.assert_allclose(got.sum(axis=2) + o_bias, out.captured["attn_out"][l], atol=1e-5, rtol=0)
+        # head 3 by hand: z_3 @ (Wo[3] + scale * A[3] @ B)
+        a, b = np.asarray(adapters[l]["o_proj"].a), np.asarray(adapters[l]["o_proj"].b)
+        w3 = np.asarray(pure["layers"][l]["self_attn"]["o_proj"])[3] + lcfg.scale * a[3] @ b
+        np.testing.assert_allclose(got[:, :, 3], np.asarray(out.captured["heads"][l])[:, :, 3] @ w3, atol=1e-5,
+                                   rtol=0)
