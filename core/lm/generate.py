@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -144,7 +144,7 @@ def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float = 0.0
 
 def prefill(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, mask: jax.Array, *,
             cache_size: int, hooks: Hooks | None = None, cache: model_lib.KVCache | None = None,
-            inputs_embeds: jax.Array | None = None) -> tuple[jax.Array, model_lib.KVCache]:
+            inputs_embeds: jax.Array | None = None, lora: Any = None) -> tuple[jax.Array, model_lib.KVCache]:
     """Run left-padded prompts (B, P) (tokens, or inputs_embeds (B, P, D)) into a fresh cache of
     `cache_size` slots, or append them to `cache`. Returns (last logits (B, V), cache). Jittable
     (cache_size static)."""
@@ -158,7 +158,7 @@ def prefill(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None,
     elif P > cache.size:
         raise ValueError(f"{P} new tokens: expected at most the cache's {cache.size} slots")
     out = model(tokens, inputs_embeds=inputs_embeds, attention_mask=mask, cache=cache, hooks=hooks,
-                logits_positions=jnp.full((B, 1), P - 1))
+                logits_positions=jnp.full((B, 1), P - 1), lora=lora)
     return out.logits[:, -1], out.cache
 
 
@@ -169,7 +169,8 @@ def start_state(cache: model_lib.KVCache, logits: jax.Array) -> DecodeState:
 
 
 def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: jax.Array,
-           sampling: SamplingConfig, *, hooks: Hooks | None = None, use_kernel: bool = False) -> GenerateOutput:
+           sampling: SamplingConfig, *, hooks: Hooks | None = None, use_kernel: bool = False,
+           lora: Any = None) -> GenerateOutput:
     """Sample up to `max_new_tokens` tokens from `state`, stopping early once every row is done. Jittable.
 
     The token of generation step s is drawn with `fold_in(key, s)` (s counts from the generation's start,
@@ -212,7 +213,8 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
             hit |= jnp.all(recent[:, window - len(q):] == jnp.asarray(q, jnp.int32)[None], axis=1) & (
                 st.step + 1 >= max(len(q), s.min_new_tokens))
         hit &= live
-        out = model(tok[:, None], attention_mask=live[:, None], cache=st.cache, hooks=hooks, use_kernel=use_kernel)
+        out = model(tok[:, None], attention_mask=live[:, None], cache=st.cache, hooks=hooks, use_kernel=use_kernel,
+                    lora=lora)
         logits = jnp.where(live[:, None], out.logits[:, -1], st.logits)
         st = DecodeState(cache=out.cache, logits=logits, done=st.done | hit, step=st.step + 1)
         col = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None], (0, i))  # noqa: E731
@@ -228,24 +230,25 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "cache_size", "use_kernel"))
-def _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, *, sampling,
+def _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora, *, sampling,
               cache_size, use_kernel):
     logits, cache = prefill(graphdef, params, tokens, mask, cache_size=cache_size, hooks=prefill_hooks,
-                            inputs_embeds=inputs_embeds)
+                            inputs_embeds=inputs_embeds, lora=lora)
     return decode(graphdef, params, start_state(cache, logits), key, sampling, hooks=decode_hooks,
-                  use_kernel=use_kernel)
+                  use_kernel=use_kernel, lora=lora)
 
 
 def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, mask: jax.Array,
              key: jax.Array, sampling: SamplingConfig = SamplingConfig(), *, cache_size: int | None = None,
              prefill_hooks: Hooks | None = None, decode_hooks: Hooks | None = None, use_kernel: bool = False,
-             inputs_embeds: jax.Array | None = None) -> GenerateOutput:
+             inputs_embeds: jax.Array | None = None, lora: Any = None) -> GenerateOutput:
     """Generate for left-padded prompts tokens/mask (B, P) (see `pad_prompts`), or for left-padded
     `inputs_embeds` (B, P, D) with tokens None (an encoder's prefix before the text). One compile per
     (bucket length P, batch, sampling, cache_size); `use_kernel` runs decode attention in the Pallas kernel.
 
     cache_size defaults to P + max_new_tokens; a smaller one is an error. Pass a larger one to continue or
-    extend the generation later (`continue_decoding`, `append_tokens`).
+    extend the generation later (`continue_decoding`, `append_tokens`). `lora`: a `core.lm.lora.LoraInputs`
+    to sample from the adapted model without merging.
     """
     if tokens is not None:
         tokens = jnp.asarray(tokens, jnp.int32)
@@ -261,7 +264,7 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None
     if P + sampling.max_new_tokens > cache_size:
         raise ValueError(f"prompt length {P} + max_new_tokens {sampling.max_new_tokens}: expected at most "
                          f"cache_size={cache_size}; the prompt is longer than the cache allows")
-    return _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks,
+    return _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora,
                      sampling=sampling, cache_size=cache_size, use_kernel=use_kernel)
 
 
@@ -270,32 +273,32 @@ def _free_slots(state: DecodeState) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "use_kernel"))
-def _continue(graphdef, params, state, key, hooks, *, sampling, use_kernel):
-    return decode(graphdef, params, state, key, sampling, hooks=hooks, use_kernel=use_kernel)
+def _continue(graphdef, params, state, key, hooks, lora, *, sampling, use_kernel):
+    return decode(graphdef, params, state, key, sampling, hooks=hooks, use_kernel=use_kernel, lora=lora)
 
 
 def continue_decoding(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: jax.Array,
-                      sampling: SamplingConfig, *, hooks: Hooks | None = None,
-                      use_kernel: bool = False) -> GenerateOutput:
+                      sampling: SamplingConfig, *, hooks: Hooks | None = None, use_kernel: bool = False,
+                      lora: Any = None) -> GenerateOutput:
     """Go on with the same generation for `sampling.max_new_tokens` more tokens (rows that stopped stay
     stopped). With the same key, the tokens equal those of one uninterrupted call."""
     if sampling.max_new_tokens > _free_slots(state):
         raise ValueError(f"max_new_tokens={sampling.max_new_tokens}: expected at most the cache's "
                          f"{_free_slots(state)} free slots (generate with a larger cache_size, or extend_cache)")
-    return _continue(graphdef, params, state, key, hooks, sampling=sampling, use_kernel=use_kernel)
+    return _continue(graphdef, params, state, key, hooks, lora, sampling=sampling, use_kernel=use_kernel)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
-def _append(graphdef, params, state, tokens, mask, hooks):
+def _append(graphdef, params, state, tokens, mask, hooks, lora):
     logits, cache = prefill(graphdef, params, tokens, mask, cache_size=state.cache.size, cache=state.cache,
-                            hooks=hooks)
+                            hooks=hooks, lora=lora)
     has_new = mask.any(axis=1)
     logits = jnp.where(has_new[:, None], logits, state.logits)
     return DecodeState(cache=cache, logits=logits, done=jnp.zeros_like(state.done), step=jnp.zeros_like(state.step))
 
 
 def append_tokens(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, tokens: jax.Array,
-                  mask: jax.Array, *, hooks: Hooks | None = None) -> DecodeState:
+                  mask: jax.Array, *, hooks: Hooks | None = None, lora: Any = None) -> DecodeState:
     """Append a new turn (a user or tool message, left-padded (B, T) with mask; a row may append nothing)
     to a finished or paused generation, without re-prefilling. Returns a fresh DecodeState (no row done,
     step 0) whose logits are each row's next-token logits after its appended tokens."""
@@ -307,7 +310,7 @@ def append_tokens(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
     if tokens.shape[1] > _free_slots(state):
         raise ValueError(f"{tokens.shape[1]} appended tokens: expected at most the cache's {_free_slots(state)} "
                          "free slots (generate with a larger cache_size, or extend_cache)")
-    return _append(graphdef, params, state, tokens, mask, hooks)
+    return _append(graphdef, params, state, tokens, mask, hooks, lora)
 
 
 def extend_cache(state: DecodeState, extra_slots: int) -> DecodeState:

@@ -243,3 +243,21 @@ def test_continuation_errors(tiny_lm, greedy):
         SamplingConfig(stop_sequences=((),))
     with pytest.raises(ValueError, match="cache k"):
         model_lib.apply(graphdef, params, tokens[:, :1], cache=model_lib.init_cache(config, 2, 8))
+
+
+def test_generation_with_unmerged_lora_equals_the_merged_model(tiny_lm):
+    from core.lm import lora as lora_lib
+
+    config, graphdef, params, apply = tiny_lm
+    cfg = lora_lib.LoraConfig(rank=2, alpha=4.0, targets=("q_proj", "v_proj", "down_proj"))
+    adapters = lora_lib.init_lora(config, cfg, jax.random.key(1))
+    adapters = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.key(2), x.shape), adapters)
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    sampling = SamplingConfig(max_new_tokens=N)
+    merged = generate(graphdef, lora_lib.merge(params, adapters, cfg), tokens, mask, jax.random.key(0), sampling)
+    unmerged = generate(graphdef, params, tokens, mask, jax.random.key(0), sampling,
+                        lora=lora_lib.LoraInputs(adapters=adapters, config=cfg))
+    plain = generate(graphdef, params, tokens, mask, jax.random.key(0), sampling)
+    np.testing.assert_array_equal(np.asarray(unmerged.tokens), np.asarray(merged.tokens))
+    np.testing.assert_allclose(np.asarray(unmerged.logprobs), np.asarray(merged.logprobs), atol=1e-5)
+    assert not np.allclose(np.asarray(unmerged.logprobs), np.asarray(plain.logprobs), atol=1e-3)
