@@ -341,7 +341,7 @@ def fit(state: TrainState, train_step: Callable, loader: Any, *, num_steps: int,
     log = MetricsLog(workdir / "metrics.jsonl", start)
     eval_every = eval_every or (num_steps if eval_fn else None)
     pending: list[Metrics] = []
-    unchecked: list[jax.Array] = []  # losses of the steps since the last finiteness check
+    unchecked: list[jax.Array] = []  # losses of the steps since the last check (log or checkpoint): a few
     last_eval: dict[str, float] = {}
     bar = progress(total=num_steps, initial=start, desc=f"train {workdir.name}", disable=not progress_bar)
     clock, untimed, paused = None, 0, 0.0  # throughput: interval start, untimed steps in it, time not training
@@ -366,6 +366,7 @@ def fit(state: TrainState, train_step: Callable, loader: Any, *, num_steps: int,
                     if "tokens" in per_step:
                         record["tokens_per_s"] = float(per_step["tokens"][untimed:].sum()) / seconds
                 pending, untimed, paused, clock = [], 0, 0.0, time.perf_counter()
+                unchecked = []  # their losses were just checked: finite
                 log.write({"step": step, **record})
                 bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
             do_eval = eval_fn is not None and (step % eval_every == 0 or step == num_steps)
