@@ -126,6 +126,21 @@ def test_accumulating_four_microbatches_equals_one_full_batch():
         make_train_step(loss, tx, accumulate=5)(state, batch)
 
 
+def test_a_sharded_step_with_frozen_state_and_accumulation_equals_one_device(devices):
+    from core import sharding as sharding_lib
+    tx = optax.adam(1e-2)
+    batch = jax.tree.map(jnp.asarray, _linear_problem())
+    state = init_train_state({"w": jnp.zeros(3)}, tx, jax.random.key(0), frozen={"base": jnp.asarray([0.5, -1., 0.2])})
+    single, m1 = make_train_step(_loss_with_base, tx, donate=False)(state, batch)
+    mesh = sharding_lib.make_mesh(devices=devices)
+    placed = sharding_lib.replicate(state, mesh)
+    step = make_train_step(_loss_with_base, tx, accumulate=2, state_sharding=jax.tree.map(lambda x: x.sharding, placed),
+                           batch_sharding=sharding_lib.batch_sharding(mesh))
+    sharded, m8 = step(placed, sharding_lib.shard_batch(_linear_problem(), mesh))
+    np.testing.assert_allclose(np.asarray(sharded.params["w"]), np.asarray(single.params["w"]), rtol=1e-5)
+    np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
+    assert len(sharded.params["w"].sharding.device_set) == 8 and sharded.frozen is placed.frozen
+
 def test_bf16_compute_keeps_fp32_master_weights():
     tx = optax.sgd(0.1)
     batch = jax.tree.map(jnp.asarray, _linear_problem())
