@@ -28,7 +28,8 @@ What is timed, per step after `--warmup` steps (compile / first-call steps) are 
   advantages (on-policy with one update it skips the old-policy pass, using the detached current log-probs).
 
 Every measurement is its own process (`--worker ours|trl`); the two alternate, `--processes` pairs, so both see
-the same machine. Run it alone on an idle machine (the load average is recorded before and after).
+the same machine, each pinned to the same 2 CPUs (`worker_cpus`). Run it alone on an idle machine (the load
+average is recorded before and after).
 
     .venv/bin/python benchmarks/rl_throughput.py       # needs the [torch] extra (torch, transformers, trl)
     -> benchmarks/results/rl_throughput.json, table in core/rl/README.md ("Throughput against TRL")
@@ -129,6 +130,11 @@ def worker_ours(folder: str, warmup: int, steps: int) -> dict:
     prompts, answers = tasks()
     trainer = RLTrainer(config, graphdef, params, prompts=prompts, envs=[SymbolsMatch()] * len(prompts),
                         env_prompts=answers, tokenizer=SymbolTokenizer())
+    # The jitted update returns before it has run (JAX dispatches asynchronously) and RLTrainer.step waits for it
+    # only when it reads the metrics, after its update_seconds clock stops; block inside the update so that
+    # update_seconds holds the update's compute (the step's total is unchanged: the wait moves, it is not added).
+    update = trainer._update
+    trainer._update = lambda state, batch: jax.block_until_ready(update(state, batch))
     step_s, roll_s, upd_s, tokens, lengths = [], [], [], [], []
     for step in range(warmup + steps):
         t0 = time.perf_counter()
@@ -258,12 +264,20 @@ def worker_trl(folder: str, warmup: int, steps: int, workdir: str) -> dict:
 
 
 # --- driver -------------------------------------------------------------------------------------------------------
+def worker_cpus() -> list[int]:
+    """The CPUs every worker is pinned to: the first TORCH_THREADS this process may use, so that JAX (which
+    otherwise spreads over every core) and torch (TORCH_THREADS threads) get the same hardware."""
+    return sorted(os.sched_getaffinity(0))[:TORCH_THREADS]
+
+
 def run_worker(kind: str, folder: str, warmup: int, steps: int) -> dict:
+    cpus = worker_cpus()
     with tempfile.TemporaryDirectory() as workdir:
         cmd = [sys.executable, __file__, "--worker", kind, "--folder", folder, "--warmup", str(warmup),
                "--steps", str(steps), "--workdir", workdir]
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
+                              preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} worker failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -287,10 +301,18 @@ def row(kind: str, runs: list[dict]) -> dict:
 
 
 README = ROOT / "core" / "rl" / "README.md"
-SECTION = (f"\n## Throughput against TRL\n\nGRPO steps on the rl_toy model, ours against TRL's `GRPOTrainer` (torch CPU, "
-           f"{TORCH_THREADS} threads), same weights, G, prompts per step, completion length, learning rate and KL "
-           f"coefficient; see `benchmarks/rl_throughput.py` for what is timed.\n\n"
-           f"<!-- results:{NAME} -->\n<!-- /results:{NAME} -->\n")
+SECTION = f"""
+## Throughput against TRL
+
+GRPO steps on the rl_toy model, ours against TRL's `GRPOTrainer` (torch CPU, {TORCH_THREADS} threads, no vLLM): the
+same weights, G, prompts per step, fixed completion length, learning rate, KL coefficient and one update per
+rollout batch, each measurement in its own process pinned to the same {TORCH_THREADS} CPUs. Rollout is sampling,
+update is the optimizer step's forward and backward, and the rest of a step is scoring (reference log-probs,
+rewards, advantages); `benchmarks/rl_throughput.py` says exactly what is timed on each side.
+
+<!-- results:{NAME} -->
+<!-- /results:{NAME} -->
+"""
 
 
 def render_readme() -> None:
@@ -381,7 +403,7 @@ def main() -> None:
                                f", {s['completion_tokens_max']}-token completions, one update per rollout batch, "
                                f"{args.steps} measured steps after {args.warmup} warm-up steps per process, "
                                f"{args.processes} interleaved process pairs, on the 2-core CPU",
-                         configuration=s, pair_ratios=ratios, loadavg_before=load_before, loadavg_after=os.getloadavg(),
+                         configuration=s, pair_ratios=ratios, worker_cpus=worker_cpus(), loadavg_before=load_before, loadavg_after=os.getloadavg(),
                          directory=args.results_dir)
     if args.results_dir is None:
         render_readme()
