@@ -93,9 +93,12 @@ def tasks() -> tuple[list[list[int]], list[list[int]]]:
 
 def setup(*, group_size: int, prompts_per_step: int, completion_lengths: list[int], lr: float, beta: float,
           clip: tuple[float, float], temperature: float, updates_per_batch: int, loss: str, num_params: int) -> dict:
-    """What each worker reports of the configuration it actually ran (compared by the sanity-check claim)."""
-    return {"group_size": group_size, "prompts_per_step": prompts_per_step, "rows_per_step": group_size * prompts_per_step,
-            "completion_tokens_min": int(min(completion_lengths)), "completion_tokens_max": int(max(completion_lengths)),
+    """What each worker reports of the configuration it actually ran (compared by the sanity-check claim).
+    completion_lengths: TRL's per completion; ours the per-step mean response length (RLTrainer.step's record),
+    which equals max_new_tokens only when every row is that long."""
+    return {"group_size": group_size, "prompts_per_step": prompts_per_step,
+            "rows_per_step": group_size * prompts_per_step, "completion_tokens_min": int(min(completion_lengths)),
+            "completion_tokens_max": int(max(completion_lengths)),
             "lr": lr, "beta": beta, "clip": list(clip), "temperature": temperature,
             "updates_per_rollout_batch": updates_per_batch, "loss_normalisation": loss, "num_params": int(num_params)}
 
@@ -107,7 +110,7 @@ def _peak_rss_mb() -> float:
 def _summary(steps: list[float], rollouts: list[float], updates: list[float], tokens: list[int], warmup: int) -> dict:
     steps, rollouts, updates, tokens = (np.asarray(x[warmup:], float) for x in (steps, rollouts, updates, tokens))
     return {"step_seconds": steps.tolist(), "rollout_seconds": rollouts.tolist(), "update_seconds": updates.tolist(),
-            "tokens_per_step": tokens.tolist(), "peak_rss_mb": _peak_rss_mb()}
+            "tokens_per_step": tokens.tolist(), "peak_rss_mb": _peak_rss_mb(), "cpus": sorted(os.sched_getaffinity(0))}
 
 
 # --- ours ---------------------------------------------------------------------------------------------------------
@@ -227,7 +230,8 @@ def worker_trl(folder: str, warmup: int, steps: int, workdir: str) -> dict:
             timing["step_end"].append(time.perf_counter())
 
     args = trl.GRPOConfig(
-        output_dir=workdir, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=SEED, max_steps=warmup + steps,
+        output_dir=workdir, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=SEED,
+        max_steps=warmup + steps,
         per_device_train_batch_size=rows, gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
         num_generations=config.rollout.group_size, max_completion_length=length,
         generation_kwargs={"min_new_tokens": length}, temperature=config.rollout.temperature,
@@ -235,7 +239,8 @@ def worker_trl(folder: str, warmup: int, steps: int, workdir: str) -> dict:
         learning_rate=config.optimizer.lr, lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=config.optimizer.weight_decay, adam_beta1=config.optimizer.b1, adam_beta2=config.optimizer.b2,
         adam_epsilon=config.optimizer.eps, max_grad_norm=config.optimizer.clip_norm, optim="adamw_torch",
-        beta=loss.kl_coef, epsilon=loss.clip_low, epsilon_high=loss.clip_high, loss_type=TRL_LOSS_TYPE[loss.aggregation],
+        beta=loss.kl_coef, epsilon=loss.clip_low, epsilon_high=loss.clip_high,
+        loss_type=TRL_LOSS_TYPE[loss.aggregation],
         scale_rewards="group", report_to="none", logging_steps=10**6, save_strategy="no", disable_tqdm=True,
         dataloader_num_workers=0)
     trainer = TimedGRPOTrainer(model=model, reward_funcs=exact_match, args=args, train_dataset=dataset,
@@ -248,14 +253,16 @@ def worker_trl(folder: str, warmup: int, steps: int, workdir: str) -> dict:
     ends = [timing["start"], *timing["step_end"]]
     step_s = [b - a for a, b in zip(ends[:-1], ends[1:])]
     upd_s = [e - s for s, e in zip(timing["scored"], timing["step_end"])]
-    lengths = [length for step in timing["lengths"] for length in step]
+    lengths = [n for step in timing["lengths"] for n in step]
     out = _summary(step_s, timing["rollout"], upd_s, [sum(x) for x in timing["lengths"]], warmup)
     clip_high = loss.clip_high if loss.clip_high is not None else loss.clip_low
-    out["setup"] = setup(group_size=args.num_generations, prompts_per_step=args.generation_batch_size // args.num_generations,
+    out["setup"] = setup(group_size=args.num_generations,
+                         prompts_per_step=args.generation_batch_size // args.num_generations,
                          completion_lengths=lengths, lr=args.learning_rate, beta=args.beta,
                          clip=(args.epsilon, args.epsilon_high if args.epsilon_high is not None else clip_high),
                          temperature=args.temperature,
-                         updates_per_batch=args.num_iterations * args.steps_per_generation // args.gradient_accumulation_steps,
+                         updates_per_batch=(args.num_iterations * args.steps_per_generation
+                                            // args.gradient_accumulation_steps),
                          loss={v: k for k, v in TRL_LOSS_TYPE.items()}[args.loss_type],
                          num_params=sum(p.numel() for p in model.parameters()))
     out["versions"] = (f"trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__} "
@@ -274,10 +281,9 @@ def run_worker(kind: str, folder: str, warmup: int, steps: int) -> dict:
     cpus = worker_cpus()
     with tempfile.TemporaryDirectory() as workdir:
         cmd = [sys.executable, __file__, "--worker", kind, "--folder", folder, "--warmup", str(warmup),
-               "--steps", str(steps), "--workdir", workdir]
+               "--steps", str(steps), "--workdir", workdir, "--cpus", ",".join(map(str, cpus))]
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                              preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} worker failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -332,7 +338,7 @@ def render_readme() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="measurement process pairs (ours, TRL)")
-    parser.add_argument("--steps", type=int, default=8, help="measured GRPO steps per process")
+    parser.add_argument("--steps", type=int, default=20, help="measured GRPO steps per process")
     parser.add_argument("--warmup", type=int, default=2, help="skipped first steps per process (compile, first call)")
     parser.add_argument("--render-only", action="store_true", help="only re-render the README table")
     parser.add_argument("--results-dir", help="write the JSON here instead of benchmarks/results and leave the "
@@ -340,10 +346,13 @@ def main() -> None:
     parser.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
     args = parser.parse_args()
     for name in ("processes", "steps", "warmup"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             raise ValueError(f"--{name}={getattr(args, name)}: expected >= {0 if name == 'warmup' else 1}")
+    if args.cpus:  # pin the worker before jax / torch start their thread pools
+        os.sched_setaffinity(0, [int(c) for c in args.cpus.split(",")])
     if args.worker == "ours":
         print(json.dumps(worker_ours(args.folder, args.warmup, args.steps)))
         return
@@ -372,8 +381,8 @@ def main() -> None:
             for kind in (("ours", "trl") if i % 2 == 0 else ("trl", "ours")):
                 results[kind].append(run_worker(kind, folder, args.warmup, args.steps))
                 r = results[kind][-1]
-                print(f"{kind} process {i}: {1 / np.median(r['step_seconds']):.2f} steps/s "
-                      f"(rollout {np.median(r['rollout_seconds']):.3f} s, update {np.median(r['update_seconds']):.3f} s)",
+                print(f"{kind} process {i}: {1 / np.median(r['step_seconds']):.2f} steps/s (rollout "
+                      f"{np.median(r['rollout_seconds']):.3f} s, update {np.median(r['update_seconds']):.3f} s)",
                       flush=True)
     rows = [row(kind, runs) for kind, runs in results.items()]
     ratios = [float(np.median(t["step_seconds"]) / np.median(o["step_seconds"]))
@@ -398,13 +407,14 @@ def main() -> None:
                f"clip={s['clip']}, {s['updates_per_rollout_batch']} update/batch, {s['loss_normalisation']}, "
                f"{s['num_params']} params") if same else f"processes differ in {differ}"),
     ]
-    path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
-                         scale=f"the rl_toy model and GRPO settings: {s['prompts_per_step']} prompts x G={s['group_size']}"
-                               f", {s['completion_tokens_max']}-token completions, one update per rollout batch, "
-                               f"{args.steps} measured steps after {args.warmup} warm-up steps per process, "
-                               f"{args.processes} interleaved process pairs, on the 2-core CPU",
-                         configuration=s, pair_ratios=ratios, worker_cpus=worker_cpus(), loadavg_before=load_before, loadavg_after=os.getloadavg(),
-                         directory=args.results_dir)
+    cpus = sorted({c for runs in results.values() for r in runs for c in r["cpus"]})
+    scale = (f"the rl_toy model and GRPO settings: {s['prompts_per_step']} prompts x G={s['group_size']}, "
+             f"{s['completion_tokens_max']}-token completions, one update per rollout batch, {args.steps} measured "
+             f"steps after {args.warmup} warm-up steps per process, {args.processes} interleaved process pairs, each "
+             f"worker pinned to CPUs {cpus} of {os.cpu_count()}")
+    path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall, scale=scale,
+                         configuration=s, pair_ratios=ratios, worker_cpus=cpus, loadavg_before=load_before,
+                         loadavg_after=os.getloadavg(), directory=args.results_dir)
     if args.results_dir is None:
         render_readme()
     print(f"wrote {path}")
