@@ -1,8 +1,9 @@
 """rl_toy: a verifiable task that shows the RL loop learns (issue #29 part 5).
 
-A tiny `core.lm` decoder is first fitted by SFT to *imperfect* solutions of string reversal (a fraction
-`label_noise` of the training answers has one symbol replaced, and SFT is stopped early), so its greedy exact
-match is well below 1. Then GRPO and PPO (`core.rl.trainer`) train it against an exact-match reward on the
+A tiny `core.lm` decoder is first fitted by SFT to *imperfect* solutions of string reversal: a fraction
+`label_noise` of the training answers copies the sequence instead of reversing it (a consistent wrong
+solution, as a weaker model's traces would be), so the SFT model's greedy exact match is well below 1 while
+its samples still find the right answer often enough for a reward to teach. Then GRPO and PPO (`core.rl.trainer`) train it against an exact-match reward on the
 true reversal, with a KL penalty to the SFT model. Measured per seed: greedy exact match on held-out prompts
 before and after RL, and the exact per-token KL(policy || SFT) on the policy's own samples.
 
@@ -65,20 +66,20 @@ class RLToyConfig:
     num_symbols: int = 8
     min_len: int = 3
     max_len: int = 5
-    label_noise: float = 0.3
+    label_noise: float = 0.5
     num_sft: int = 4000
-    sft_steps: int = 150
+    sft_steps: int = 300
     sft_batch: int = 32
     sft_lr: float = 3e-3
     num_prompts: int = 512
     num_eval: int = 256
     algorithms: tuple[str, ...] = ("grpo", "ppo")
     seeds: tuple[int, ...] = (0, 1, 2)
-    rl_steps: int = 30
+    rl_steps: int = 60
     prompts_per_step: int = 16
     group_size: int = 8
     rl_lr: float = 1e-3
-    kl_coef: float = 0.02
+    kl_coef: float = 0.1
     kl_bound: float = 0.5
     temperature: float = 1.0
 
@@ -116,12 +117,9 @@ def make_data(config: RLToyConfig, seed: int):
     sft = lm_data.make_examples("reverse", config.num_sft, **kw)
     noisy = []
     for prompt, answer in sft:
-        answer = list(answer)
-        if rng.random() < config.label_noise:  # an imperfect solution: one symbol wrong
-            i = int(rng.integers(0, len(answer) - 1))
-            answer[i] = lm_data.FIRST_SYMBOL + (answer[i] - lm_data.FIRST_SYMBOL + 1 + int(
-                rng.integers(0, config.num_symbols - 1))) % config.num_symbols
-        noisy.append((prompt, answer))
+        if rng.random() < config.label_noise:  # an imperfect solution: the sequence copied, not reversed
+            answer = [*prompt[1:-1], lm_data.EOS]
+        noisy.append((prompt, list(answer)))
     rl = lm_data.make_examples("reverse", config.num_prompts, **kw)
     evals = lm_data.make_examples("reverse", config.num_eval, **kw)
     return lm_data.to_training_rows(noisy, 2 * config.max_len + 3), rl, evals
