@@ -4,7 +4,10 @@ See core/rl/README.md. The `rl_toy` experiment shows the loop learning a verifia
 """
 
 from core.registry import Experiment
+from core.rl.advantages import gae, group_advantages, masked_whiten, normalize_step_rewards, reward_to_go, token_rewards
+from core.rl.losses import LossConfig, aggregate, clipped_surrogate, kl_estimate, policy_loss, value_loss
 from core.rl.rollout import Environment, Rollout, RolloutConfig, rollout
+from core.rl.trainer import RLConfig, RLTrainer
 
 
 def _presets():
@@ -29,4 +32,6 @@ EXPERIMENT = Experiment(
     in_demo=False,  # five minutes: longer than the other demos together should be (issue #45)
 )
 
-__all__ = ["Environment", "Rollout", "RolloutConfig", "rollout", "EXPERIMENT"]
+__all__ = ["Environment", "Rollout", "RolloutConfig", "rollout", "RLConfig", "RLTrainer", "LossConfig", "policy_loss",
+           "value_loss", "clipped_surrogate", "kl_estimate", "aggregate", "group_advantages", "gae", "token_rewards",
+           "normalize_step_rewards", "reward_to_go", "masked_whiten", "EXPERIMENT"]
