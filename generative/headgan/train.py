@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from core.checkpoint import Checkpointer
-from core.train import TrainState, write_metrics
+from core.train import TrainState, check_finite, write_metrics
 from core.train import progress as progress_bar  # `progress` is this module's flag
 
 from . import losses as L
@@ -252,9 +252,9 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         states, m = chunk_fn(states, data, regimes, switches)
         m = jax.device_get(m)
         chunk_times.append(time.time() - t)
-        bad = [k for k, v in m.items() if not np.all(np.isfinite(v))]
-        if bad:
-            raise FloatingPointError(f"steps {c * every}..{(c + 1) * every}: non-finite {bad}")
+        # every metric of the chunk and the parameter norm, before anything is recorded or checkpointed
+        check_finite({k: np.where(np.isfinite(v).all(), 0.0, np.nan) for k, v in m.items()}, states.params,
+                     first=c * every + 1, last=(c + 1) * every, checkpointer=ckpt)
         seen = (c + 1) * every * tc.batch_size
         history["images_seen"].append(seen)
         history["metrics"].append({k: np.asarray(v).tolist() for k, v in m.items()})

@@ -22,7 +22,7 @@ from flax import nnx
 
 from core.checkpoint import Checkpointer
 from core.plots import bar_plot, line_plot
-from core.train import TrainState, write_metrics
+from core.train import TrainState, check_finite, write_metrics
 
 from . import losses as L
 from .configs import VARIANTS, Config, DataConfig
@@ -200,10 +200,9 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         states, m = epoch_fn(states, train, jnp.asarray(perms), switches)
         m = jax.device_get(m)
         step_times.append((time.time() - t, steps_per_epoch))
-        nonfinite = [k for k, v in m.items() if not np.all(np.isfinite(v))]
-        if nonfinite:
-            raise FloatingPointError(f"epoch {epoch} (steps {epoch * steps_per_epoch}..{(epoch + 1) * steps_per_epoch}):"
-                                     f" non-finite {nonfinite}")
+        # every loss term of the epoch and the parameter norm, before anything is recorded or checkpointed
+        check_finite({k: np.where(np.isfinite(v).all(), 0.0, np.nan) for k, v in m.items()}, states.params,
+                     first=epoch + 1, last=epoch + 1, checkpointer=checkpointer, unit="epoch")
         outs = {s: np.asarray(predict(states.params, evals[s])) for s in ("valid", "test")}
         vals = [evaluate(outs["valid"][i], data["valid"]["labels"], config.loss.task) for i in range(r)]
         tests = [evaluate(outs["test"][i], data["test"]["labels"], config.loss.task) for i in range(r)]

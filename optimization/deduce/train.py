@@ -330,6 +330,8 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
         b_c, b_t = trainer._eval(states.params, arrays)
         data_state["baseline_class"], data_state["baseline_task"] = _host(b_c).tolist(), _host(b_t).tolist()
 
+    from core.train import check_finite
+
     chunk = config.train.chunk_steps
     total_chunks = num_tasks * -(-trainer.steps_per_task // chunk)
     done_chunks = data_state["task"] * -(-trainer.steps_per_task // chunk) + -(-data_state["pos"] // chunk)
@@ -357,8 +359,10 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
             chunks_now += 1
             history.append({"task": t, "pos": data_state["pos"],
                             **{k: float(np.mean(_host(v))) for k, v in metrics.items()}})
-            if not np.isfinite(history[-1]["loss"]):
-                raise FloatingPointError(f"non-finite loss in task {t} up to step {data_state['pos']}")
+            # the chunk's loss and the parameter norm, before the checkpoint (steps count over all tasks)
+            done = t * trainer.steps_per_task + data_state["pos"]
+            check_finite({"loss": history[-1]["loss"]}, states.params, first=done - length + 1, last=done,
+                         checkpointer=ckpt)
             if ckpt is not None:
                 ckpt.save(t * trainer.steps_per_task + data_state["pos"], states, data_state=data_state)
             if bar is not None:
