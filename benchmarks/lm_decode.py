@@ -181,9 +181,10 @@ def main() -> None:
                                 f"(torch CPU, {TORCH_THREADS} threads, sdpa) at {size}",
                                 lo >= 2.0, f"ours / transformers speed {med:.2f}x median over {len(pair_ratios)} "
                                 f"interleaved process pairs (range {lo:.2f}-{max(pair_ratios):.2f}x); held only if "
-                                "every pair is >= 2x; compile time excluded"))
+                                "every pair is >= 2x; compile time excluded", n=len(pair_ratios),
+                                interval=[lo, max(pair_ratios)], pair_ratios=pair_ratios))
             claims.append(claim(f"same_greedy_tokens_{size}", f"both implementations generate the same greedy "
-                                f"tokens at {size}", same >= 0.99, f"{same:.2%} of {n} generated tokens identical"))
+                                f"tokens at {size}", same >= 0.99, f"{same:.2%} of {n} generated tokens identical", kind="check"))
     load = {"loadavg_before": uptime_before, "loadavg_after": os.getloadavg()}
     path = write_results("lm_decode", rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
                          scale="issue #28's standard workload (8 prompts x 32 tokens -> 64 new, greedy, float32) "

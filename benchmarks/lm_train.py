@@ -208,9 +208,10 @@ def main() -> None:
                                 f"transformers + torch ({TORCH_THREADS} threads) on the same model and batch",
                                 lo >= 1.5, f"ours / transformers speed {med:.2f}x median over {len(ratios)} "
                                 f"interleaved process pairs (range {lo:.2f}-{max(ratios):.2f}x); held only if every "
-                                "pair is >= 1.5x; the first (compile / warm-up) step excluded"))
+                                "pair is >= 1.5x; the first (compile / warm-up) step excluded", n=len(ratios),
+                                interval=[lo, max(ratios)], pair_ratios=ratios))
             claims.append(claim(f"same_first_loss_{mode}", f"both compute the same first-step loss ({mode})",
-                                loss_gap < 1e-3, f"largest first-step loss difference {loss_gap:.2e}"))
+                                loss_gap < 1e-3, f"largest first-step loss difference {loss_gap:.2e}", kind="check"))
     path = write_results("lm_train", rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
                          scale="issue #28's standard model (4 x 256, vocab 32000), batch 8 x 512 tokens, float32, "
                                "2-core CPU, each measurement in its own process",

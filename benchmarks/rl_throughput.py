@@ -397,7 +397,7 @@ def main() -> None:
               f"least 2x as fast as TRL's GRPOTrainer (torch CPU, {TORCH_THREADS} threads, no vLLM)", lo >= 2.0,
               f"TRL / ours step time {med:.2f}x median over {len(ratios)} interleaved process pairs (range "
               f"{lo:.2f}-{max(ratios):.2f}x); held only if every pair is >= 2x; the first {args.warmup} steps of "
-              "each process (compile / first call) excluded"),
+              "each process (compile / first call) excluded", n=len(ratios), interval=[lo, max(ratios)]),
         claim("same_configuration", "sanity check, not a speed claim: both sides ran the same configuration (G, "
               "prompts per step, completion length, learning rate, KL coefficient, clip range, temperature, one "
               "update per rollout batch, loss normalisation, parameter count), as each worker read it back from "
@@ -405,7 +405,7 @@ def main() -> None:
               (f"all {len(setups)} processes: G={s['group_size']}, {s['prompts_per_step']} prompts/step, completions "
                f"{s['completion_tokens_min']}-{s['completion_tokens_max']} tokens, lr={s['lr']}, beta={s['beta']}, "
                f"clip={s['clip']}, {s['updates_per_rollout_batch']} update/batch, {s['loss_normalisation']}, "
-               f"{s['num_params']} params") if same else f"processes differ in {differ}"),
+               f"{s['num_params']} params") if same else f"processes differ in {differ}", kind="check"),
     ]
     cpus = sorted({c for runs in results.values() for r in runs for c in r["cpus"]})
     scale = (f"the rl_toy model and GRPO settings: {s['prompts_per_step']} prompts x G={s['group_size']}, "

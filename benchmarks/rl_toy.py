@@ -63,15 +63,15 @@ def main() -> None:
         claims.append(claim(f"{a}_beats_sft", f"{a.upper()} raises greedy exact match above the SFT start on every "
                             "seed, and the paired 95 % interval over seeds excludes 0", every and lo > 0,
                             f"+{mean:.3f} (95 % CI {lo:+.3f} to {hi:+.3f}) over {len(diffs)} seeds; per seed "
-                            + ", ".join(f"{d:+.3f}" for d in diffs)))
+                            + ", ".join(f"{d:+.3f}" for d in diffs), n=len(diffs), ci95=[lo, hi]))
     kls = [r[f"{a}_kl"] for r in metrics["per_seed"] for a in config.algorithms]
     claims.append(claim("kl_bounded", f"the final per-token KL(policy || SFT) stays under {config.kl_bound} nats "
                         "for every seed and algorithm", max(kls) < config.kl_bound,
-                        f"largest {max(kls):.3f}, smallest {min(kls):.3f}"))
+                        f"largest {max(kls):.3f}, smallest {min(kls):.3f}", n=len(kls), interval=[min(kls), max(kls)]))
     claims.append(claim("sft_start_is_imperfect", "sanity check (not a claim of the method): the SFT start leaves "
                         "room to improve (greedy exact match below 0.8 on every seed; the oracle is 1.0, a "
                         "uniform policy about 0)", all(r["sft_exact_match"] < 0.8 for r in metrics["per_seed"]),
-                        ", ".join(f"{r['sft_exact_match']:.3f}" for r in metrics["per_seed"])))
+                        ", ".join(f"{r['sft_exact_match']:.3f}" for r in metrics["per_seed"]), kind="check"))
     path = write_results("rl_toy", rows=rows, claims=claims, wall_seconds=time.perf_counter() - t0,
                          command=".venv/bin/python benchmarks/rl_toy.py",
                          scale="the rl_toy demo preset: 2-layer width-64 decoder, 3 seeds, 60 RL steps each, 2-core CPU")

@@ -20,8 +20,10 @@ import numpy as np
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
-def claim(id: str, statement: str, held: bool, evidence: str) -> dict[str, Any]:  # noqa: A002 (the format's key)
-    return {"id": id, "statement": statement, "held": bool(held), "evidence": evidence}
+def claim(id: str, statement: str, held: bool, evidence: str, **stats: Any) -> dict[str, Any]:  # noqa: A002
+    """One claim. `stats` carry what the verdict rests on: `n` (seeds or paired measurements) with `ci95` or
+    `interval` ([low, high]), or `kind="check"` for a sanity check that is not a claim of the method."""
+    return {"id": id, "statement": statement, "held": bool(held), "evidence": evidence, **stats}
 
 
 def git_commit() -> str:
