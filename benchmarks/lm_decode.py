@@ -106,7 +106,8 @@ def worker_transformers(folder: str, repeats: int) -> dict:
         times.append(time.perf_counter() - t0)
     return {"seconds": float(np.median(times)), "compile_seconds": 0.0, "first_call_seconds": warm_s,
             "peak_rss_mb": _peak_rss_mb(), "tokens": out.tolist(),
-            "backend": f"torch {torch.__version__} ({TORCH_THREADS} threads, sdpa), transformers {transformers.__version__}"}
+            "backend": f"torch {torch.__version__} ({TORCH_THREADS} threads, sdpa), "
+                       f"transformers {transformers.__version__}"}
 
 
 def run_worker(kind: str, folder: str, repeats: int) -> dict:
@@ -184,7 +185,8 @@ def main() -> None:
                                 "every pair is >= 2x; compile time excluded", n=len(pair_ratios),
                                 interval=[lo, max(pair_ratios)], pair_ratios=pair_ratios))
             claims.append(claim(f"same_greedy_tokens_{size}", f"both implementations generate the same greedy "
-                                f"tokens at {size}", same >= 0.99, f"{same:.2%} of {n} generated tokens identical", kind="check"))
+                                f"tokens at {size}", same >= 0.99, f"{same:.2%} of {n} generated tokens identical",
+                                kind="check"))
     load = {"loadavg_before": uptime_before, "loadavg_after": os.getloadavg()}
     path = write_results("lm_decode", rows=rows, claims=claims, wall_seconds=time.perf_counter() - wall,
                          scale="issue #28's standard workload (8 prompts x 32 tokens -> 64 new, greedy, float32) "

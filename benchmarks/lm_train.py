@@ -135,7 +135,8 @@ def worker_transformers(folder: str, mode: str, steps: int) -> dict:
     first, median, losses = _time_steps(step, steps)
     return {"seconds": median, "first_call_seconds": first, "peak_rss_mb": _peak_rss_mb(), "losses": losses,
             "trainable_params": int(sum(p.numel() for p in trainable)),
-            "backend": f"torch {torch.__version__} ({TORCH_THREADS} threads, sdpa), transformers {transformers.__version__}"}
+            "backend": f"torch {torch.__version__} ({TORCH_THREADS} threads, sdpa), "
+                       f"transformers {transformers.__version__}"}
 
 
 def run_worker(kind: str, folder: str, mode: str, steps: int) -> dict:

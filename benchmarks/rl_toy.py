@@ -74,7 +74,8 @@ def main() -> None:
                         ", ".join(f"{r['sft_exact_match']:.3f}" for r in metrics["per_seed"]), kind="check"))
     path = write_results("rl_toy", rows=rows, claims=claims, wall_seconds=time.perf_counter() - t0,
                          command=".venv/bin/python benchmarks/rl_toy.py",
-                         scale="the rl_toy demo preset: 2-layer width-64 decoder, 3 seeds, 60 RL steps each, 2-core CPU")
+                         scale="the rl_toy demo preset: 2-layer width-64 decoder, 3 seeds, 60 RL steps each, "
+                               "2-core CPU")
     render_readme()
     print(f"wrote {path}")
 

@@ -9,7 +9,7 @@ from core.lm.cache import KVSection, export_kv, import_kv
 from core.lm.generate import (DecodeState, GenerateOutput, SamplingConfig, append_tokens, continue_decoding, decode,
                               extend_cache, generate, pad_prompts, prefill, sample_logits, start_state)
 from core.lm.logprobs import chunked_logprobs, sequence_logprobs
-from core.lm.hooks import Capture, Hooks, PatchHead, Steer
+from core.lm.hooks import Capture, Hooks, PatchHead, PatchHeadAt, Steer
 from core.lm.lora import LoraConfig, LoraInputs, LoraWeights, init_lora, load_peft, merge, save_peft, unmerge
 from core.lm.model import KVCache, Output, Transformer, abstract, apply, embed, init, init_cache, read_kv, write_kv
 from core.lm.weights import load_hf, save_hf
@@ -35,7 +35,8 @@ __all__ = [
     "LMConfig", "RopeScaling", "TinyLMConfig", "GenerateOutput", "SamplingConfig", "decode", "generate",
     "DecodeState", "append_tokens", "continue_decoding", "extend_cache", "start_state", "KVSection", "export_kv",
     "import_kv", "chunked_logprobs", "sequence_logprobs", "embed",
-    "pad_prompts", "prefill", "sample_logits", "Capture", "Hooks", "PatchHead", "Steer", "KVCache", "Output",
+    "pad_prompts", "prefill", "sample_logits", "Capture", "Hooks", "PatchHead", "PatchHeadAt", "Steer", "KVCache",
+    "Output",
     "Transformer", "abstract", "apply", "init", "init_cache", "read_kv", "write_kv", "load_hf", "save_hf",
     "LoraConfig", "LoraInputs", "LoraWeights", "init_lora", "load_peft", "merge", "save_peft", "unmerge",
     "EXPERIMENT",

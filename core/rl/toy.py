@@ -3,7 +3,8 @@
 A tiny `core.lm` decoder is first fitted by SFT to *imperfect* solutions of string reversal: a fraction
 `label_noise` of the training answers copies the sequence instead of reversing it (a consistent wrong
 solution, as a weaker model's traces would be), so the SFT model's greedy exact match is well below 1 while
-its samples still find the right answer often enough for a reward to teach. Then GRPO and PPO (`core.rl.trainer`) train it against an exact-match reward on the
+its samples still find the right answer often enough for a reward to teach. Then GRPO and PPO
+(`core.rl.trainer`) train it against an exact-match reward on the
 true reversal, with a KL penalty to the SFT model. Measured per seed: greedy exact match on held-out prompts
 before and after RL, and the exact per-token KL(policy || SFT) on the policy's own samples.
 
@@ -87,9 +88,11 @@ class RLToyConfig:
         check(0.0 <= self.label_noise < 1.0, "label_noise", self.label_noise, "in [0, 1)")
         check(self.model.vocab_size >= lm_data.vocab_size_needed("reverse", self.num_symbols), "model.vocab_size",
               self.model.vocab_size, f">= {lm_data.vocab_size_needed('reverse', self.num_symbols)}")
-        check(len(self.seeds) >= 1 and len(self.algorithms) >= 1, "seeds", self.seeds, "at least one seed and algorithm")
+        check(len(self.seeds) >= 1 and len(self.algorithms) >= 1, "seeds", self.seeds,
+              "at least one seed and algorithm")
         for a in self.algorithms:
-            check(a in ("grpo", "dr_grpo", "rloo", "ppo"), "algorithms", self.algorithms, "names from grpo, dr_grpo, rloo, ppo")
+            check(a in ("grpo", "dr_grpo", "rloo", "ppo"), "algorithms", self.algorithms,
+                  "names from grpo, dr_grpo, rloo, ppo")
 
     def rl_config(self, algorithm: str, seed: int) -> RLConfig:
         rollout = RolloutConfig(group_size=self.group_size, max_new_tokens=self.max_len + 1,

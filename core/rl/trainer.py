@@ -137,7 +137,8 @@ class RLTrainer:
             raise ValueError(f"{len(prompts)} prompts, {len(envs)} envs, {len(env_prompts)} env prompts: expected "
                              "the same number")
         self.config, self.graphdef, self.mesh = config, graphdef, mesh
-        self.prompts, self.envs, self.env_prompts, self.tokenizer = list(prompts), list(envs), list(env_prompts), tokenizer
+        self.prompts, self.envs, self.env_prompts = list(prompts), list(envs), list(env_prompts)
+        self.tokenizer = tokenizer
         c = config
         self.stream = PromptStream(len(prompts), c.prompts_per_step, c.seed)
         self.tx, self.schedule = make_optimizer(c.optimizer)
@@ -302,7 +303,7 @@ class RLTrainer:
                                        checkpointer=checkpointer)
                 if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step + 1 == c.steps):
                     record.update({f"eval/{k}": float(v) for k, v in eval_fn(self).items()})
-                if (step + 1) % c.log_every == 0 or step + 1 == c.steps or "eval/" in "".join(record):
+                if (step + 1) % c.log_every == 0 or step + 1 == c.steps or any(k.startswith("eval/") for k in record):
                     log.write({"step": step + 1, **record})
                 bar.set_postfix(reward=f"{record['reward']:.3g}", kl=f"{record.get('kl', 0.0):.3g}", refresh=False)
                 bar.update(1)
