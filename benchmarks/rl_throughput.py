@@ -331,7 +331,7 @@ def render_readme() -> None:
     text = README.read_text()
     if f"<!-- results:{NAME} -->" not in text:
         text = text.rstrip("\n") + "\n" + SECTION
-    records = {k: v for k, v in render.load_all().items() if k == NAME}
+    records = render.load_all()  # every results block of the README, not only this one (the others stay filled)
     README.write_text(render.render_text(text, records))
 
 

@@ -37,7 +37,7 @@ def render_readme() -> None:
     from benchmarks import render
 
     readme = ROOT / "core" / "rl" / "README.md"
-    records = {k: v for k, v in render.load_all().items() if k == "rl_toy"}
+    records = render.load_all()  # every results block of the README, not only this one (the others stay filled)
     readme.write_text(render.render_text(readme.read_text(), records))
 
 
