@@ -26,6 +26,16 @@ def claim(id: str, statement: str, held: bool, evidence: str, **stats: Any) -> d
     return {"id": id, "statement": statement, "held": bool(held), "evidence": evidence, **stats}
 
 
+def speedup_claim(id: str, statement: str, ratios: Sequence[float], goal: float, *,  # noqa: A002
+                  label: str = "ours / peer speed", excluded: str = "") -> dict[str, Any]:
+    """A speed claim over interleaved measurement pairs: held only if every pair's ratio reaches `goal`."""
+    ratios = [float(r) for r in ratios]
+    lo, hi, med = min(ratios), max(ratios), float(np.median(ratios))
+    evidence = (f"{label} {med:.2f}x median over {len(ratios)} interleaved process pairs (range {lo:.2f}-{hi:.2f}x); "
+                f"held only if every pair is >= {goal:g}x" + (f"; {excluded}" if excluded else ""))
+    return claim(id, statement, lo >= goal, evidence, n=len(ratios), interval=[lo, hi], pair_ratios=ratios)
+
+
 def git_commit() -> str:
     """The checked-out commit, with `+dirty` when code has uncommitted changes (a benchmark's own outputs under
     benchmarks/results, written before its JSON, do not count)."""

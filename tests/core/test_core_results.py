@@ -58,3 +58,12 @@ def test_plots_write_pngs(tmp_path):
                  plots.bar_plot(tmp_path / "b.png", {"a": 1.0, "b": 2.0}, {"a": 0.1}),
                  plots.image_grid(tmp_path / "c.png", np.zeros((3, 8, 8)), ncols=2, titles=["1", "2", "3"])):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_speedup_claim_holds_only_when_every_pair_reaches_the_goal():
+    from core.results import speedup_claim
+
+    held = speedup_claim("x", "s", [2.1, 2.5, 3.0], 2.0, excluded="compile excluded")
+    assert held["held"] and held["n"] == 3 and held["interval"] == [2.1, 3.0]
+    assert "2.50x median over 3" in held["evidence"] and held["evidence"].endswith("compile excluded")
+    assert not speedup_claim("x", "s", [1.9, 2.5, 3.0], 2.0)["held"]  # one pair below the goal
