@@ -8,6 +8,11 @@ Presets (each runs with `iclr26 run fedftrl --preset NAME --workdir DIR`):
                      Expected: FedFTRL lowest final mean individual regret on every topology.
   adversarial_sweep  switching-best-arm instance, T=1e5, 10 seeds, complete graph, FedFTRL vs FedExp3;
                      log-log slope of regret vs T (theory: about 0.5 vs 0.67).
+  constant_gap       the constant-gap switching instance (fixed best arm, gap 0.2, switching levels and ranks),
+                     T=1e5, 10 seeds, complete graph: FedFTRL, FedExp3 (theory rates and the authors' default);
+                     FedExp3's forced exploration costs order T^(2/3) here, FedFTRL's bound is sqrt(T).
+  gpu                the constant-gap instance at T=1e6, 20 seeds, complete + grid (an accelerator; minutes).
+  sensitivity        the paper's stochastic setting with FedFTRL's lr_scale swept over 8 ... 1/32 per topology.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from .networks import GOSSIP_RULES, TOPOLOGIES
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    setting: str = "stochastic"                  # stochastic | corrupted | adversarial | ftl_trap | movielens
+    setting: str = "stochastic"                  # stochastic | corrupted | adversarial | constant_gap | ftl_trap | movielens
     T: int = 3000                                # horizon
     V: int = 16                                  # agents
     K: int = 20                                  # arms (ignored for movielens: the number of genres)
@@ -33,12 +38,13 @@ class Config:
     algorithms: tuple[str, ...] = ALGORITHMS
     epsilons: tuple[float, ...] = (0.1, 0.5, 5.0, 10.0)   # FedFTRL-eps runs (C^P_t scaled by eps); () skips
     eps_topologies: tuple[str, ...] = ("grid",)
+    lr_scales: tuple[float, ...] = ()            # FedFTRL-lr runs: algo.lr_scale replaced by each, every topology
     gossip: str = "max_degree"
     rgg_radius: float = 0.5
     rgg_seed: int = 0
     noise_sd: float = 0.1                        # Gaussian feedback sd (variance 0.01), clipped to [0, 1]
     corruption_rounds: int = 300                 # setting "corrupted": losses flipped for t <= this
-    gap: float = 0.2                             # setting "adversarial": gap of the current best arm
+    gap: float = 0.2                             # "adversarial": gap of the current best arm; "constant_gap": its gap
     ratings_path: str = ""                       # setting "movielens": folder with ratings.csv + movies.csv
     missing_loss: float = 1.0                    # movielens: loss of a genre the user never rated
     slope_from: float = 0.1                      # slope fit over t in [slope_from * T, T] (log-spaced points)
@@ -57,6 +63,7 @@ class Config:
         check(len(self.algorithms) >= 1 and all(a in ALGORITHMS for a in self.algorithms), "algorithms",
               self.algorithms, f"a non-empty tuple of {ALGORITHMS}")
         check(all(e > 0 for e in self.epsilons), "epsilons", self.epsilons, "positive values")
+        check(all(c > 0 for c in self.lr_scales), "lr_scales", self.lr_scales, "positive values")
         check(self.gossip in GOSSIP_RULES, "gossip", self.gossip, f"one of {GOSSIP_RULES}")
         check(self.rgg_radius > 0, "rgg_radius", self.rgg_radius, "> 0")
         check(self.noise_sd >= 0, "noise_sd", self.noise_sd, ">= 0")
@@ -87,4 +94,21 @@ def adversarial_sweep() -> Config:
                   algorithms=("fedftrl", "fedexp3"), epsilons=(), slope_from=0.01)
 
 
-PRESETS = {"tiny": tiny(), "demo": demo(), "paper": paper(), "adversarial_sweep": adversarial_sweep()}
+def constant_gap() -> Config:
+    """Constant-gap switching instance up to T=1e5: regret-vs-T slopes of FedFTRL and both FedExp3 schedules."""
+    return Config(setting="constant_gap", T=100_000, seeds=10, topologies=("complete",),
+                  algorithms=("fedftrl", "fedexp3", "fedexp3_default"), epsilons=(), slope_from=0.01)
+
+
+def gpu() -> Config:
+    """The constant-gap instance at T=1e6 (the issue's accelerator scale): 20 seeds, complete and grid graphs."""
+    return dataclasses.replace(constant_gap(), T=1_000_000, seeds=20, topologies=("complete", "grid"))
+
+
+def sensitivity() -> Config:
+    """The paper's stochastic setting with FedFTRL alone, lr_scale swept (the notes' 8 down to 1/32)."""
+    return Config(algorithms=("fedftrl",), epsilons=(), lr_scales=(8.0, 2.0, 0.5, 0.125, 0.03125))
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "paper": paper(), "adversarial_sweep": adversarial_sweep(),
+           "constant_gap": constant_gap(), "gpu": gpu(), "sensitivity": sensitivity()}

@@ -172,6 +172,60 @@ class SwitchingEnv:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ConstantGapSwitchingEnv:
+    """Oblivious non-stationary instance with a fixed best arm and a constant gap: where sqrt(T) and T^(2/3) separate.
+
+    Rounds fall into blocks of geometrically growing length (as SwitchingEnv).  In block j every global loss is
+    shifted by base_j = lo + shift (j mod 2), the runner-up arm r_j = 1 + (j mod (K-1)) has loss base_j + gap
+    and every other arm base_j + gap + spread; arm 0 has loss base_j.  So arm 0 is best in every round by
+    exactly `gap` (the best arm in hindsight is arm 0 at every horizon and the regret of a policy is gap times
+    its expected number of suboptimal pulls, at least), while the level and the ranking of the other arms
+    switch, so the sequence is not i.i.d.  Forced exploration at rate t^(-1/3) (FedExp3) costs order
+    gap T^(2/3); an algorithm with sqrt(T) adversarial regret pays at most order sqrt(T) here.  Agents see
+    zero-mean offsets (|o| <= hetero) as in SwitchingEnv; no clipping is needed.
+    """
+
+    V: int
+    K: int
+    gap: float = 0.2
+    spread: float = 0.2
+    lo: float = 0.2
+    shift: float = 0.15
+    hetero: float = 0.2
+    block0: int = 10
+    growth: float = 1.5
+
+    def __post_init__(self):
+        _check_sizes(self.V, self.K)
+        top = self.lo + self.shift + self.gap + self.spread + self.hetero
+        if not (self.gap > 0 and self.spread >= 0 and self.shift >= 0 and self.lo - self.hetero >= 0 and top <= 1):
+            raise BadInputError(f"need gap > 0, spread, shift >= 0, lo >= hetero and lo + shift + gap + spread + "
+                                f"hetero <= 1; got gap={self.gap}, spread={self.spread}, lo={self.lo}, "
+                                f"shift={self.shift}, hetero={self.hetero} (top {top:.3g})")
+        if self.block0 < 1 or self.growth < 1:
+            raise BadInputError(f"need block0 >= 1 and growth >= 1, got {self.block0}, {self.growth}")
+
+    def block(self, t: jax.Array) -> jax.Array:
+        t = jnp.asarray(t, jnp.float32)
+        if self.growth == 1.0:
+            return jnp.floor((t - 1) / self.block0).astype(jnp.int32)
+        g = self.growth
+        return jnp.floor(jnp.log1p((t - 1) * (g - 1) / self.block0) / math.log(g)).astype(jnp.int32)
+
+    def init(self, key: jax.Array) -> dict:
+        return {"offset": _agent_offsets(key, self.V, self.K, self.hetero)}
+
+    def step(self, params: dict, t: jax.Array, key: jax.Array):
+        del key
+        j = self.block(t)
+        base = self.lo + self.shift * (j % 2).astype(jnp.float32)
+        runner = 1 + j % (self.K - 1)
+        k = jnp.arange(self.K)
+        mean = base + jnp.where(k == 0, 0.0, self.gap + jnp.where(k == runner, 0.0, self.spread))
+        return mean[None, :] + params["offset"], mean
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class FTLTrapEnv:
     """The oblivious sequence that defeats follow-the-leader, made heterogeneous.
 
@@ -326,7 +380,7 @@ def _cached_movielens(path: str, V: int) -> dict:
     return _MOVIELENS_CACHE[k]
 
 
-SETTINGS = ("stochastic", "corrupted", "adversarial", "ftl_trap", "movielens")
+SETTINGS = ("stochastic", "corrupted", "adversarial", "constant_gap", "ftl_trap", "movielens")
 
 
 def make_env(setting: str, *, V: int, K: int, noise_sd: float = 0.1, corruption_rounds: int = 300,
@@ -338,6 +392,8 @@ def make_env(setting: str, *, V: int, K: int, noise_sd: float = 0.1, corruption_
         return StochasticEnv(V=V, K=K, noise_sd=noise_sd, corruption_rounds=corruption_rounds)
     if setting == "adversarial":
         return SwitchingEnv(V=V, K=K, gap=gap)
+    if setting == "constant_gap":
+        return ConstantGapSwitchingEnv(V=V, K=K, gap=gap)
     if setting == "ftl_trap":
         return FTLTrapEnv(V=V, K=K)
     if setting == "movielens":

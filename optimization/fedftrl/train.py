@@ -118,7 +118,8 @@ def _band(r: np.ndarray, n_points: int = 300):
     return idx + 1, m, m - h, m + h
 
 
-LABELS = {"fedftrl": "FedFTRL", "fedexp3": "FedExp3", "gucb": "Gossip UCB", "ind_ftrl": "IND-FTRL"}
+LABELS = {"fedftrl": "FedFTRL", "fedexp3": "FedExp3", "fedexp3_default": "FedExp3-default", "gucb": "Gossip UCB",
+          "ind_ftrl": "IND-FTRL"}
 
 
 def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, progress: bool = True,
@@ -154,13 +155,19 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
         if progress:
             print(f"[fedftrl] {msg}", flush=True)
 
-    jobs = {a: [(topo, 1.0) for topo in cfg.topologies] for a in cfg.algorithms}
+    lr0 = float(cfg.algo.lr_scale)
+    jobs = {a: [(topo, 1.0, lr0) for topo in cfg.topologies] for a in cfg.algorithms}
     if cfg.epsilons:
         jobs.setdefault("fedftrl", [])
-        jobs["fedftrl"] += [(topo, float(e)) for e in cfg.epsilons for topo in cfg.eps_topologies]
+        jobs["fedftrl"] += [(topo, float(e), lr0) for e in cfg.epsilons for topo in cfg.eps_topologies]
+    if cfg.lr_scales:   # the lr_scale sensitivity runs, on every topology of cfg
+        jobs.setdefault("fedftrl", [])
+        jobs["fedftrl"] += [(topo, 1.0, float(c)) for c in cfg.lr_scales if float(c) != lr0 or "fedftrl" not in
+                            cfg.algorithms for topo in cfg.topologies]
     for algo, runs in jobs.items():
-        nets_arg = stack_nets([net_arrays(nets[topo]) for topo, _ in runs])
-        hps = {"eps": jnp.asarray([e for _, e in runs], jnp.float32)}
+        nets_arg = stack_nets([net_arrays(nets[topo]) for topo, _, _ in runs])
+        hps = {"eps": jnp.asarray([e for _, e, _ in runs], jnp.float32),
+               "lr_scale": jnp.asarray([c for _, _, c in runs], jnp.float32)}
         c0, t0 = os.times(), time.perf_counter()
         sim = make_simulator(algo, env, cfg.T, cfg.algo, base_seed=cfg.seed, in_shardings=in_shardings)
         compiled = sim.lower(seeds, nets_arg, hps).compile()
@@ -172,11 +179,14 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
         timing["run_s"][algo] = t2 - t1
         timing["compile_cpu_s"][algo] = (c1.user - c0.user) + (c1.system - c0.system)
         timing["run_cpu_s"][algo] = (c2.user - c1.user) + (c2.system - c1.system)
-        for i, (topo, eps) in enumerate(runs):
+        for i, (topo, eps, lr) in enumerate(runs):
             label = LABELS[algo] if eps == 1.0 else f"FedFTRL-eps{eps:g}"
+            if algo == "fedftrl" and lr != lr0:
+                label = f"FedFTRL-lr{lr:g}"
             one = jax.tree.map(lambda a: a[i], out)
             curves[(label, topo)] = one
-            row = {"algorithm": label, "topology": topo, "setting": cfg.setting, "eps": eps, "T": cfg.T,
+            row = {"algorithm": label, "topology": topo, "setting": cfg.setting, "eps": eps,
+                   "lr_scale": lr if algo == "fedftrl" else None, "T": cfg.T,
                    "V": cfg.V, "K": env.K, **summarize(one, t_from=t_from)}
             rows.append(row)
             log(f"{label:>16s} {topo:>8s}: regret {row['final_regret']:.1f} +- {row['final_regret_ci95']:.1f} "
@@ -197,7 +207,7 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
                 line_plot(workdir / f"regret_{cfg.setting}_{topo}.png", sel,
                           title=f"{cfg.setting}, {topo} (V={cfg.V}, K={env.K}, {cfg.seeds} runs, 95% CI)",
                           xlabel="round t", ylabel="mean individual regret")
-        if cfg.setting in ("adversarial", "ftl_trap") or cfg.T >= 10_000:
+        if cfg.setting in ("adversarial", "constant_gap", "ftl_trap") or cfg.T >= 10_000:
             for topo in cfg.topologies:
                 sel = {}
                 for (lab, tp), c in curves.items():

@@ -117,7 +117,7 @@ def test_seed_axis_sharded_over_8_devices_equals_single_device():
 def test_tiny_preset_smoke(tmp_path):
     metrics = EXPERIMENT.run(PRESETS["tiny"], tmp_path)
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    assert saved["best/complete"] in {"FedFTRL", "FedExp3", "Gossip UCB", "IND-FTRL"}
+    assert saved["best/complete"] in {"FedFTRL", "FedExp3", "FedExp3-default", "Gossip UCB", "IND-FTRL"}
     assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith("regret/"))
     assert (tmp_path / "regret_stochastic_complete.png").stat().st_size > 1000
     assert (tmp_path / "regret_stochastic_ring.png").exists()
