@@ -15,6 +15,8 @@ from typing import Any
 EPILOG = """\
 examples:
   iclr26 list                                     experiments, their papers and presets
+  iclr26 run cad --help                           one experiment's presets and config fields
+  iclr26 info cad                                 its paper, status, data options and latest result
   iclr26 run regression --preset tiny             one experiment, written to runs/regression-tiny
   iclr26 run phaseformer --preset etth1_96 --set seed=1 --workdir runs/pf
   iclr26 demo                                     every method's demo preset, one summary table
@@ -145,13 +147,29 @@ def run_experiment(name: str, preset: str | None, overrides: Sequence[str], work
 MAX_LISTED_PRESETS = 5
 
 
+def experiment_help(name: str, preset: str | None = None) -> str:
+    """An experiment's presets with their runtimes and its config as a table (field, type, value in `preset`,
+    allowed values, meaning), read from the config dataclasses so that it never drifts from the code."""
+    from core import registry
+    from core.config import describe
+    exp = registry.get(name)
+    try:
+        config = exp.config(preset)
+    except KeyError as err:
+        raise CLIError(str(err.args[0])) from None
+    preset = preset or exp.demo_preset
+    rows = [[f.path, f.type, f.value, f.allowed, f.meaning] for f in describe(config)]
+    return "\n".join([
+        f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}", "",
+        _format_table(["preset", "expected runtime on 2 CPU cores"], [[p, exp.runtimes.get(p, "-")] for p in exp.presets]),
+        "", f"config of preset {preset!r} (the default preset is {exp.demo_preset!r}; change a field with "
+            f"--set FIELD=VALUE; another preset's values: iclr26 run {exp.name} --preset NAME --help):", "",
+        _format_table(["field", "type", "value", "allowed", "meaning"], rows)])
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.name:
-        from core import registry
-        exp = registry.get(args.name)
-        print(f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}\n")
-        print(_format_table(["preset", "expected runtime on 2 CPU cores"],
-                            [[p, exp.runtimes.get(p, "-")] for p in exp.presets]))
+        print(experiment_help(args.name, args.preset))
         return 0
     rows = []
     for exp in _experiments().values():
@@ -162,6 +180,66 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows.append([exp.name, exp.paper if exp.paper is not None else "-", exp.title, shown])
     print(_format_table(["experiment", "paper", "title", "presets"], rows))
     print("\n`iclr26 list NAME` shows an experiment's presets with their expected runtimes.")
+    return 0
+
+
+def _method_record(paper: int | None) -> dict[str, Any] | None:
+    """The paper's block of benchmarks/methods.toml (status, what is missing or scaled, data options), or None
+    outside a source checkout."""
+    import tomllib
+
+    from core.results import RESULTS_DIR
+    path = RESULTS_DIR.parent / "methods.toml"
+    if paper is None or not path.exists():
+        return None
+    return next((m for m in tomllib.loads(path.read_text())["method"] if m.get("number") == paper), None)
+
+
+def experiment_info(name: str) -> str:
+    """What a user asks first about one experiment: its paper and status, presets with runtimes, data options,
+    its README and the latest committed benchmark result with its claims."""
+    from core import registry
+    from core.results import RESULTS_DIR
+    exp = registry.get(name)
+    package = pathlib.Path(sys.modules[exp.run.__module__].__file__).parent
+    readme = package / "README.md"
+    lines = [f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}", ""]
+    method = _method_record(exp.paper)
+    if method is not None:
+        lines.append(f"status: {method['status']}" + (f" (missing: {method['missing']})" if method.get("missing")
+                                                     else ""))
+        for key, label in (("scaled", "scaled down"), ("data", "data")):
+            if method.get(key):
+                lines.append(f"{label}: {method[key]}")
+        lines.append("")
+    lines += [_format_table(["preset", "expected runtime on 2 CPU cores"],
+                            [[p, exp.runtimes.get(p, "-")] for p in exp.presets]), "",
+              f"README: {readme if readme.exists() else '(none)'}",
+              f"config fields: iclr26 run {exp.name} --help"]
+    for result in (method or {}).get("results", []):
+        path = RESULTS_DIR / f"{result}.json"
+        if not path.exists():
+            lines.append(f"\nresult {result}: not committed (benchmarks/{result}.py writes it)")
+            continue
+        record = json.loads(path.read_text())
+        entries = record.get("claims", [])
+        claims = [c for c in entries if c.get("kind") != "check"]
+        checks = [c for c in entries if c.get("kind") == "check"]
+        held = sum(c.get("held") is True for c in claims)
+        passed = sum(c.get("held") is True for c in checks)
+        lines += ["", f"result {path} (commit {str(record.get('git_commit', '?'))[:12]}, "
+                      f"{record.get('wall_seconds', '?')} s): {held}/{len(claims)} claims held"
+                      + (f", {passed}/{len(checks)} sanity checks passed" if checks else ""),
+                  f"  command: {record.get('command', '?')}"]
+        for c in claims:
+            lines.append(f"  claim {c.get('id')}: {({True: 'held', False: 'not held'}).get(c.get('held'), 'inconclusive')}")
+        for c in checks:
+            lines.append(f"  check {c.get('id')}: {({True: 'passed', False: 'FAILED'}).get(c.get('held'), 'not run')}")
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    print(experiment_info(args.name))
     return 0
 
 
@@ -201,6 +279,14 @@ def _check_multihost_flags(coordinator: str | None, num_processes: int | None, p
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.help:  # argparse's own -h exits 0 after printing; so does this one, after the experiment's table
+        text = args.parser.format_help()
+        if args.name:
+            text += "\n" + experiment_help(args.name, args.preset) + "\n"
+        print(text, end="")
+        raise SystemExit(0)
+    if not args.name:
+        args.parser.error("the following arguments are required: name")
     from core.sharding import initialize_distributed
     initialize_distributed(*_check_multihost_flags(args.coordinator, args.num_processes, args.process_id))
     overrides = [item for group in args.set or [] for item in group]
@@ -312,18 +398,21 @@ def build_parser() -> argparse.ArgumentParser:
                                    "experiment's presets with their expected runtimes.",
                        epilog="examples:\n  iclr26 list\n  iclr26 list regression",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", nargs="?", help="show this experiment's presets and runtimes")
+    p.add_argument("name", nargs="?", help="show this experiment's presets, runtimes and config fields")
+    p.add_argument("--preset", "-p", help="with NAME: show this preset's config values (default: the demo preset)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
-        "run", help="run one experiment", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run", help="run one experiment", formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False,
         description="Run one experiment with a preset and overrides. The run folder gets config.json, "
                     "metrics.json, metrics.jsonl, checkpoints/ and plots; running the same command again "
                     "resumes from the last checkpoint.",
         epilog="examples:\n  iclr26 run regression --preset tiny\n"
                "  iclr26 run regression --preset demo --set lr=1e-3 --set steps=2000 --workdir runs/reg\n"
                "  iclr26 run regression --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0")
-    p.add_argument("name", help="experiment name (see `iclr26 list`)")
+    p.add_argument("name", nargs="?", help="experiment name (see `iclr26 list`)")
+    p.add_argument("-h", "--help", action="store_true",
+                   help="show this help; with NAME, also the experiment's presets and config fields")
     p.add_argument("--preset", "-p", help="config preset (default: the experiment's demo preset)")
     p.add_argument("--set", "-s", action="append", nargs="+", metavar="KEY=VALUE",
                    help="override config fields, e.g. --set lr=3e-4 --set model.depth=4, or --set lr=3e-4 "
@@ -336,7 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logger", action="append", metavar="NAME", choices=("jsonl", "tensorboard", "wandb"),
                    help="metric writers besides metrics.jsonl: tensorboard (event files in WORKDIR/tensorboard) "
                         "and / or wandb (repeatable; default: $ICLR26_LOGGERS or jsonl only)")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, parser=p)
+
+    p = sub.add_parser("info", help="one experiment's paper, status, presets, data options, README and result",
+                       description="Show one experiment's paper and status, presets with runtimes, data options, "
+                                   "README and the latest committed benchmark result with its claims.",
+                       epilog="example:\n  iclr26 info cad", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", help="experiment name (see `iclr26 list`)")
+    p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("demo", help="run every method's demo preset and print one summary table",
                        description="Run each landed method's demo preset on embedded data, print one summary "

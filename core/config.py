@@ -13,10 +13,17 @@ shape); `ConfigError` is its config-field case. The CLI prints either as one lin
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import functools
+import inspect
+import io
 import json
 import re
+import sys
+import textwrap
+import tokenize
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -204,16 +211,30 @@ def check_common_fields(config: Any, prefix: str = "", *, device_count: int | No
             continue
         if not isinstance(value, int) or isinstance(value, bool):  # int fields only (the parser makes them ints)
             continue
-        name = f.name.lower()
-        if _SEED.match(name):
-            check(0 <= value <= MAX_SEED, path, value, f"an integer seed in [0, {MAX_SEED}]")
-        elif _COUNT.match(name):
-            check(1 <= value <= MAX_COUNT, path, value, f"an integer in [1, {MAX_COUNT}]")
-        elif _STEPS.match(name):
-            check(0 <= value <= MAX_STEPS, path, value, f"a whole number of steps in [0, {MAX_STEPS:.0e}]")
-        elif device_count is not None and (name.startswith("mesh_") or name.endswith("_parallel")) and value != -1:
+        rule = _common_rule(f.name)
+        if rule is not None:
+            low, high, expected = rule
+            check(low <= value <= high, path, value, expected)
+        elif device_count is not None and _is_mesh_size(f.name) and value != -1:
             check(value >= 1 and device_count % value == 0, path, value,
                   f"a mesh size dividing the {device_count} visible device(s)")
+
+
+def _is_mesh_size(field: str) -> bool:
+    name = field.lower()
+    return name.startswith("mesh_") or name.endswith("_parallel")
+
+
+def _common_rule(field: str) -> tuple[int, int, str] | None:
+    """(low, high, expected) for an integer field whose name says what it holds, else None."""
+    name = field.lower()
+    if _SEED.match(name):
+        return 0, MAX_SEED, f"an integer seed in [0, {MAX_SEED}]"
+    if _COUNT.match(name):
+        return 1, MAX_COUNT, f"an integer in [1, {MAX_COUNT}]"
+    if _STEPS.match(name):
+        return 0, MAX_STEPS, f"a whole number of steps in [0, {MAX_STEPS:.0e}]"
+    return None
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -250,3 +271,155 @@ def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
 def fingerprint(config: Any) -> str:
     """A canonical JSON string of the config, used to refuse a checkpoint written under another config."""
     return json.dumps(to_dict(config), sort_keys=True, default=str)
+
+
+# ---- the config as a table (`iclr26 run NAME --help`), read from the dataclasses so it never drifts ----
+
+@dataclasses.dataclass(frozen=True)
+class FieldDoc:
+    """One settable field: its dotted path, type, value in this config, allowed values and one-line meaning."""
+
+    path: str
+    type: str
+    value: str
+    allowed: str
+    meaning: str
+
+
+@functools.cache
+def _class_notes(cls: type) -> tuple[dict[str, str], dict[str, list[ast.expr]]]:
+    """(meaning, checks) per field of dataclass `cls`, read from its source: the comment ending the field's line
+    (or the comment line right above it), and the `expected` argument of every `check(ok, "field", value,
+    expected)` in `__post_init__` that names the field, directly or through a loop over a tuple of names."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}, {}
+    lines = source.splitlines()
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    above = {n: text for n, text in comments.items() if lines[n - 1].lstrip().startswith("#")}
+    classdef = ast.parse(source).body[0]
+    names = {f.name for f in dataclasses.fields(cls)}
+    meaning: dict[str, str] = {}
+    for node in classdef.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
+            text = comments.get(node.end_lineno) or above.get(node.lineno - 1)
+            if text:
+                meaning[node.target.id] = text
+    for name, text in _docstring_notes(inspect.getdoc(cls) or "", names).items():
+        meaning.setdefault(name, text)
+    checks: dict[str, list[ast.expr]] = {}
+
+    def field_of(arg: ast.expr) -> str | None:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            last = arg.value.rsplit(".", 1)[-1]
+            return last if last in names else None
+        return None
+
+    def visit(node: ast.AST, loop_names: dict[str, tuple[str, ...]]) -> None:
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, (ast.Tuple, ast.List)) \
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.iter.elts):
+            loop_names = {**loop_names, node.target.id: tuple(e.value for e in node.iter.elts)}
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "check" \
+                and len(node.args) >= 4:
+            arg = node.args[1]
+            fields = loop_names.get(arg.id, ()) if isinstance(arg, ast.Name) else (field_of(arg),)
+            for name in fields:
+                if name in names:
+                    checks.setdefault(name, []).append(node.args[3])
+        for child in ast.iter_child_nodes(node):
+            visit(child, loop_names)
+
+    for node in classdef.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__post_init__":
+            visit(node, {})
+    return meaning, checks
+
+
+def _docstring_notes(doc: str, names: set[str]) -> dict[str, str]:
+    """Field notes in a class docstring: a line `name: text` (Google style, or a column layout), or an inline
+    "`name`: text" / "`name` (text)" up to the end of its sentence."""
+    notes: dict[str, str] = {}
+    for match in re.finditer(r"^\s*(\w+)\s*(?:\([^)]*\))?:\s+(.+)$", doc, re.MULTILINE):
+        if match.group(1) in names:
+            notes.setdefault(match.group(1), " ".join(match.group(2).split()))
+    for match in re.finditer(r"`(\w+)`\s*:\s*(.+?)(?:\.(?:\s|$)|;|$)", doc, re.MULTILINE):
+        if match.group(1) in names:
+            notes.setdefault(match.group(1), " ".join(match.group(2).split()))
+    return notes
+
+
+def _expected_text(expr: ast.expr, config: Any) -> str:
+    if isinstance(expr, ast.Constant):
+        return str(expr.value)
+    try:  # an f-string naming module constants or other fields: its text in this config
+        scope = dict(vars(sys.modules[type(config).__module__]))
+        return str(eval(compile(ast.Expression(expr), "<check>", "eval"), scope, {"self": config}))  # noqa: S307
+    except Exception:  # noqa: BLE001 (a help table must not fail on an unusual check)
+        return ast.unparse(expr)
+
+
+def _allowed(field: str, tp: Any, exprs: Sequence[ast.expr], config: Any) -> str:
+    parts = []
+    rule = _common_rule(field) if tp is int else None
+    if rule is not None:
+        parts.append(rule[2])
+    if _is_mesh_size(field):
+        parts.append("a mesh size dividing the device count (-1: the remaining devices)")
+    if typing.get_origin(tp) is typing.Literal:
+        parts.append("one of " + ", ".join(repr(v) for v in typing.get_args(tp)))
+    elif tp is bool:
+        parts.append("true / false")
+    for text in (_expected_text(e, config) for e in exprs):
+        if text not in parts:
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def _annotation(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:
+        return type(typing.get_args(tp)[0]).__name__
+    if typing.get_origin(tp) is not None:  # tuple[int, ...], int | None
+        return str(tp).replace("typing.", "")
+    return _type_name(tp)
+
+
+# Fields most configs share, described once here; a field's own comment takes precedence.
+_COMMON_MEANINGS = {
+    "seed": "PRNG seed of the run (data, initialisation, sampling)",
+    "seeds": "seeds run one after another (the benchmark's paired replicates)",
+    "lr": "peak learning rate",
+    "learning_rate": "peak learning rate",
+    "warmup": "linear learning-rate warm-up steps",
+    "warmup_steps": "linear learning-rate warm-up steps",
+    "weight_decay": "decoupled (AdamW) weight decay",
+    "batch_size": "examples per optimisation step",
+    "steps": "optimisation steps",
+    "epochs": "passes over the training data",
+    "log_every": "steps between metrics.jsonl records",
+    "eval_every": "steps between evaluations",
+    "checkpoint_every": "steps between checkpoints",
+    "grad_clip": "global gradient-norm clip (0: none)",
+}
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def describe(config: Any, prefix: str = "") -> list[FieldDoc]:
+    """Every settable field of a (nested) dataclass config, depth first, as `--set PATH=VALUE` names it."""
+    hints = _field_types(type(config))
+    meaning, checks = _class_notes(type(config))
+    rows: list[FieldDoc] = []
+    for f in dataclasses.fields(config):
+        value, path = getattr(config, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value):
+            rows.extend(describe(value, path + "."))
+            continue
+        tp = hints.get(f.name, Any)
+        rows.append(FieldDoc(path, _annotation(tp), _short(value), _allowed(f.name, tp, checks.get(f.name, ()), config),
+                             meaning.get(f.name) or _COMMON_MEANINGS.get(f.name, "")))
+    return rows
