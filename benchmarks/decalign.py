@@ -8,7 +8,11 @@ which leaves no room for an alignment term to show.
 
 Five variants (fusion baseline, +decoupling, +heterogeneity alignment, +homogeneity alignment, full DecAlign)
 x seeds are trained together in one vmapped program per heterogeneity level; each run's test metrics are
-taken at its best validation-loss epoch. Writes benchmarks/results/decalign.json, decalign_*.png and the
+taken at its best validation-loss epoch. A run whose validation loss diverged (non-finite, never below the
+constant predictor, or above 2x its best before early stopping) is flagged `failed` in its row, with the reason;
+failed runs stay in the claims (dropping them would flatter the method) and are counted in the table. The
+latent oracle (an MLP on the generating latents, `multimodal/decalign/oracle.py`) shows the headroom: how far
+a model that recovered the shared and unique factors could get. Writes benchmarks/results/decalign.json, decalign_*.png and the
 README table between the results markers.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import re
 import sys
@@ -31,8 +36,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.plots import bar_plot  # noqa: E402
-from core.results import RESULTS_DIR, claim, paired_claim, sample_sd, write_results  # noqa: E402
-from multimodal.decalign import configs, train  # noqa: E402
+from core.results import RESULTS_DIR, check, claim, paired_claim, sample_sd, write_results  # noqa: E402
+from multimodal.decalign import configs, oracle, train  # noqa: E402
 from multimodal.decalign.data import prepare  # noqa: E402
 
 METRICS = ("mae", "corr", "acc2", "f1", "acc7")
@@ -77,14 +82,28 @@ def _arms(rows: list[dict], h: float, a: str, b: str, metric: str) -> tuple[list
     return [ra[s] for s in seeds], [rb[s] for s in seeds]
 
 
+def _failed(rows: list[dict], h: float, variant: str) -> str:
+    rs = [r for r in rows if r["heterogeneity"] == h and r["variant"] == variant]
+    return f"{sum(bool(r.get('failed')) for r in rs)}/{len(rs)} {variant} runs failed"
+
+
+def _oracle_mean(rows: list[dict], h: float, metric: str) -> dict:
+    vals = [r[metric] for r in rows if r["heterogeneity"] == h and r["variant"] == ORACLE]
+    return {"oracle": float(np.mean(vals))} if vals else {}
+
+
+ORACLE = "oracle_latent"
+
+
 def claims_from_rows(rows: list[dict]) -> list[dict]:
     """Every claim, recomputed from the stored per-(level, variant, seed) rows: 95% paired t-intervals over seeds.
     The full-vs-baseline claim is held only when MAE, Acc-2 and F1 each improve beyond seed noise, not held when
-    any of them is worse beyond it, else inconclusive."""
+    any of them is worse beyond it, else inconclusive. Failed runs (rows with `failed`) are kept and counted."""
     claims = []
     for h in dict.fromkeys(r["heterogeneity"] for r in rows):
         parts = [paired_claim(m, f"full vs baseline {m}", *_arms(rows, h, "full", "baseline", m),
-                              higher_is_better=m != "mae", **({"chance": CHANCE_ACC2} if m == "acc2" else {}))
+                              higher_is_better=m != "mae", **({"chance": CHANCE_ACC2} if m == "acc2" else {}),
+                              **_oracle_mean(rows, h, m))
                  for m in ("mae", "acc2", "f1")]
         verdicts = [c["held"] for c in parts]
         held = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
@@ -93,9 +112,19 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
             f"full_beats_baseline_h{h:g}",
             f"heterogeneity {h:g}: full DecAlign beats the fusion baseline on MAE, Acc-2 and F1 (paired over seeds)",
             held, "; ".join(f"{c['id']}: {c['evidence']}" for c in parts)
-            + f"; held only if all three hold (n, effect and interval of {decisive['id']})",
+            + f"; held only if all three hold (n, effect and interval of {decisive['id']}); "
+            + f"{_failed(rows, h, 'full')}, {_failed(rows, h, 'baseline')}",
             n=decisive["n"], effect=decisive["effect"], interval=decisive["interval"], test=decisive["test"],
-            parts={c["id"]: c["held"] for c in parts}, **({"chance": CHANCE_ACC2} if decisive["id"] == "acc2" else {})))
+            parts={c["id"]: c["held"] for c in parts}, **({"chance": CHANCE_ACC2} if decisive["id"] == "acc2" else {}),
+            **_oracle_mean(rows, h, decisive["id"])))
+        if any(r["heterogeneity"] == h and r["variant"] == ORACLE for r in rows):
+            claims.append(paired_claim(
+                f"oracle_headroom_h{h:g}",
+                f"heterogeneity {h:g}: an MLP on the generating latents (the oracle) beats the fusion baseline's test "
+                "MAE, i.e. recovering the shared and unique factors leaves room for alignment to help",
+                *_arms(rows, h, ORACLE, "baseline", "mae"), higher_is_better=False,
+                evidence=f"latent oracle vs baseline MAE; full - baseline MAE "
+                         f"{np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[0]) - np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[1]):+.3f}"))
         for term, variant, ref in (("decoupling", "+dec", "baseline"), ("heterogeneity alignment", "+hetero", "+dec"),
                                    ("homogeneity alignment", "+homo", "+dec")):
             acc_a, acc_b = _arms(rows, h, variant, ref, "acc2")
@@ -103,8 +132,21 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
                 f"{variant.strip('+')}_contributes_h{h:g}",
                 f"heterogeneity {h:g}: adding {term} ({variant} vs {ref}) lowers test MAE",
                 *_arms(rows, h, variant, ref, "mae"), higher_is_better=False,
-                evidence=f"MAE {variant} vs {ref}; Acc-2 {100 * np.mean(acc_a):.1f} vs {100 * np.mean(acc_b):.1f} %"))
+                evidence=f"MAE {variant} vs {ref}; Acc-2 {100 * np.mean(acc_a):.1f} vs {100 * np.mean(acc_b):.1f} %; "
+                         f"{_failed(rows, h, variant)}, {_failed(rows, h, ref)}", **_oracle_mean(rows, h, "mae")))
     return claims
+
+
+def oracle_checks(rows: list[dict], oracles: dict) -> list[dict]:
+    """Sanity checks on the oracles (plumbing, not the paper): the clean-label floor is below the latent oracle."""
+    out = []
+    for h, o in oracles.items():
+        lat = [r["mae"] for r in rows if str(r["heterogeneity"]) == h and r["variant"] == ORACLE]
+        floor = o["clean_labels"]["mae"]
+        out.append(check(f"oracle_floor_h{h}", f"heterogeneity {h}: the labels' rounding floor (MAE of the label "
+                         "before rounding) is below the latent oracle's MAE", bool(lat) and floor < float(np.mean(lat)),
+                         f"clean-label MAE {floor:.3f} vs latent oracle {np.mean(lat):.3f} (n={len(lat)})"))
+    return out
 
 
 def sample_summary(rows: list[dict]) -> dict:
@@ -112,8 +154,10 @@ def sample_summary(rows: list[dict]) -> dict:
     out: dict = {}
     for r in rows:
         out.setdefault(str(r["heterogeneity"]), {}).setdefault(r["variant"], []).append(r)
-    return {h: {v: {m: {"mean": float(np.mean([r[m] for r in rs])), "std": sample_sd([r[m] for r in rs]),
-                        "n": len(rs)} for m in METRICS} for v, rs in vs.items()} for h, vs in out.items()}
+    return {h: {v: {**{m: {"mean": float(np.mean([r[m] for r in rs])), "std": sample_sd([r[m] for r in rs]),
+                           "n": len(rs)} for m in METRICS},
+                    "failed": int(sum(bool(r.get("failed")) for r in rs))} for v, rs in vs.items()}
+            for h, vs in out.items()}
 
 
 def main(argv=None):
@@ -125,6 +169,7 @@ def main(argv=None):
     ap.add_argument("--n-test", type=int, default=686)
     ap.add_argument("--noise", type=float, default=3.0, help="the generator's per-element feature noise sd")
     ap.add_argument("--levels", type=float, nargs="+", default=[0.2, 0.9])
+    ap.add_argument("--oracle-epochs", type=int, default=80, help="epochs of the latent-oracle MLP")
     ap.add_argument("--name", default="decalign")
     ap.add_argument("--raw-dir", default="/tmp/decalign_bench",
                     help="per-level raw results are saved here and reused on a rerun (delete to retrain)")
@@ -136,7 +181,7 @@ def main(argv=None):
         from core.results import git_commit
         path = RESULTS_DIR / f"{args.name}.json"
         rec = json.loads(path.read_text())
-        rec["claims"] = claims_from_rows(rec["rows"])
+        rec["claims"] = claims_from_rows(rec["rows"]) + oracle_checks(rec["rows"], rec.get("oracles", {}))
         rec["summary"] = sample_summary(rec["rows"])
         rec["claims_recomputed"] = f"{git_commit()[:7]} (from the stored rows)"
         path.write_text(json.dumps(rec, indent=2) + "\n")
@@ -145,7 +190,8 @@ def main(argv=None):
             print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"], c["interval"])
         return
     t0 = time.time()
-    rows, per_level, speeds = [], {}, {}
+    load_at_start = os.getloadavg()
+    rows, per_level, speeds, oracles = [], {}, {}, {}
     for h in args.levels:
         cfg = configs.bench(h)
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, n_train=args.n_train, n_valid=args.n_valid,
@@ -158,17 +204,25 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as tmp:
                 data = prepare(cfg, tmp)
                 res = train.train_and_evaluate(cfg, tmp, data=data)
+                t_or = time.time()
+                res["oracle_latent"] = oracle.latent_oracle(data, seeds=args.seeds, epochs=args.oracle_epochs)
+                res["oracle_clean"] = oracle.clean_label_oracle(data)
+                res["oracle_seconds"] = time.time() - t_or
             raw.parent.mkdir(parents=True, exist_ok=True)
             raw.write_text(json.dumps(res, default=float))
+        oracles[str(h)] = {"clean_labels": res["oracle_clean"], "latent_epochs": args.oracle_epochs,
+                           "latent_seconds": res["oracle_seconds"]}
         speeds.setdefault("train_wall_seconds", {})[str(h)] = res["wall_seconds"]
         speeds.setdefault("vmapped_run_steps_per_s", {})[str(h)] = res["speed"]["run_steps_per_s"]
         per_level[h] = res
         cfg_last = cfg
         for r in res["runs"]:
             rows.append({"heterogeneity": h, **r})
+        for r in res["oracle_latent"]:
+            rows.append({"heterogeneity": h, "variant": ORACLE, "failed": False, "failure": "", **r})
         st = sample_summary([r for r in rows if r["heterogeneity"] == h])[str(h)]
-        bar_plot(RESULTS_DIR / f"{args.name}_mae_h{h:g}.png", {v: st[v]["mae"]["mean"] for v in cfg.variants},
-                 {v: st[v]["mae"]["std"] for v in cfg.variants},
+        bar_plot(RESULTS_DIR / f"{args.name}_mae_h{h:g}.png", {v: st[v]["mae"]["mean"] for v in (*cfg.variants, ORACLE)},
+                 {v: st[v]["mae"]["std"] for v in (*cfg.variants, ORACLE)},
                  title=f"DecAlign ablation, heterogeneity {h:g}: test MAE ({args.seeds} seeds)", ylabel="MAE")
     wall = sum(speeds["train_wall_seconds"].values()) if all(
         str(h) in speeds["train_wall_seconds"] for h in args.levels) else time.time() - t0
@@ -182,8 +236,9 @@ def main(argv=None):
              "reductions": "text dim 64 (MOSI 768), length 20 (MOSI 50), d=32 and 2 layers (paper 64 and 5), lr 1e-3 "
                            "(paper 6e-5 with BERT fine-tuning), synthetic data instead of MOSI"}
     summary = sample_summary(rows)
-    path = write_results(args.name, rows=rows, claims=claims_from_rows(rows), wall_seconds=wall, scale=scale, speed=speeds,
-                         summary=summary)
+    path = write_results(args.name, rows=rows, claims=claims_from_rows(rows) + oracle_checks(rows, oracles),
+                         wall_seconds=wall, scale=scale, speed=speeds, summary=summary, oracles=oracles,
+                         load_at_start=load_at_start)
     print(f"wrote {path} in {wall:.0f}s", flush=True)
     render(path)
     # the single-run speed needs one more compile: measured last, so the ablation is saved first
@@ -203,16 +258,27 @@ def render(path: pathlib.Path):
     lines = [f"Synthetic MOSI-like data, {rec['scale']['seeds']} seeds, {rec['scale']['epochs']} epochs, "
              f"n_train {rec['scale']['n_train']}, feature noise {rec['scale'].get('noise', 0.5):g}; mean ± sample sd over seeds of test metrics at the best "
              f"validation-loss epoch (Acc-2, F1 on non-zero labels, in %). Wall {rec['wall_seconds']:.0f} s.", "",
-             "| heterogeneity | variant | MAE ↓ | Corr ↑ | Acc-2 ↑ | F1 ↑ | Acc-7 ↑ |", "|---|---|---|---|---|---|---|"]
+             "| heterogeneity | variant | MAE ↓ | Corr ↑ | Acc-2 ↑ | F1 ↑ | Acc-7 ↑ | failed runs |",
+             "|---|---|---|---|---|---|---|---|"]
     for h, variants in rec["summary"].items():
         for v, st in variants.items():
-            lines.append(f"| {h} | {v} | " + " | ".join(fmt(st, m) for m in METRICS) + " |")
+            lines.append(f"| {h} | {v} | " + " | ".join(fmt(st, m) for m in METRICS)
+                         + f" | {st.get('failed', '–')}/{st['mae']['n']} |")
+        if h in rec.get("oracles", {}):
+            o = rec["oracles"][h]["clean_labels"]
+            lines.append(f"| {h} | label floor (unrounded label) | {o['mae']:.3f} | {o['corr']:.3f} | {100 * o['acc2']:.1f} "
+                         f"| {100 * o['f1']:.1f} | {100 * o['acc7']:.1f} | – |")
+    failures = [f"h={r['heterogeneity']:g} {r['variant']} seed {r['seed']}: {r['failure']}" for r in rec["rows"]
+                if r.get("failed")]
+    lines += ["", "Failed runs: " + ("; ".join(failures) if failures else "none") + "."]
     verdicts = {True: "**held**", False: "**not held**", None: "**inconclusive**"}
     lines += ["", "Claims (paired over seeds; effect = mean paired difference with its 95% t-interval):", "",
               "| claim | result | n | effect [interval] | evidence |", "|---|---|---|---|---|"]
     lines += [f"| {c['statement']} | {verdicts[c['held']]} | {c['n']} | {c['effect']:.4g} "
               f"[{', '.join('–' if v is None else f'{v:.4g}' for v in c['interval'])}] | {c['evidence']} |"
-              for c in rec["claims"]]
+              for c in rec["claims"] if c.get("kind") != "check"]
+    lines += [f"| check: {c['statement']} | {'passed' if c['held'] else '**failed**'} | – | – | {c['evidence']} |"
+              for c in rec["claims"] if c.get("kind") == "check"]
     sp = rec["speed"]
     single = (f"{sp['single_run_steps_per_s']:.1f} steps/s" if "single_run_steps_per_s" in sp else "(not measured)")
     lines += ["", f"Speed at batch 32: one full-DecAlign training step {single} "

@@ -32,7 +32,7 @@ class DataConfig:
     """
 
     source: Literal["synthetic", "pickle"] = "synthetic"
-    path: str = ""  # MMSA pickle (e.g. aligned_50.pkl) when source="pickle"
+    path: str = ""  # MMSA pickle (aligned_50.pkl, or unaligned_50.pkl / CH-SIMS unaligned_39.pkl) when source="pickle"
     n_train: int = 3000
     n_valid: int = 500
     n_test: int = 1000
@@ -46,6 +46,11 @@ class DataConfig:
     noise: float = 0.5
     round_fraction: float = 0.5  # fraction of labels rounded to integers, as MOSI's mostly-integer labels
     seed: int = 0
+    # unaligned generator (the layout of MMSA's unaligned_*.pkl): audio and vision get their own padded lengths
+    # and a per-clip length drawn uniformly in [max/2, max] (written as audio_lengths / vision_lengths)
+    unaligned: bool = False
+    seq_len_audio: int = 0  # 0 = seq_len
+    seq_len_vision: int = 0  # 0 = seq_len
 
     def __post_init__(self):
         check(self.source in ("synthetic", "pickle"), "data.source", self.source, "'synthetic' or 'pickle'")
@@ -57,6 +62,8 @@ class DataConfig:
         check(0.0 <= self.heterogeneity <= 1.0, "data.heterogeneity", self.heterogeneity, "a number in [0, 1]")
         check(self.noise >= 0.0, "data.noise", self.noise, "a number >= 0")
         check(0.0 <= self.round_fraction <= 1.0, "data.round_fraction", self.round_fraction, "a number in [0, 1]")
+        for name in ("seq_len_audio", "seq_len_vision"):
+            check(getattr(self, name) >= 0, f"data.{name}", getattr(self, name), "an integer >= 0 (0 = data.seq_len)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,7 +77,12 @@ class ModelConfig:
     dropout: float = 0.1
     num_outputs: int = 1  # 1 for regression (MOSI/MOSEI/SIMS), 6 for IEMOCAP classification
     proto_dim: int = 64  # width of the per-modality "distribution encoder" MLP for the homogeneity term
-
+    # the official code's variants (taco-group/DecAlign, trains/subNets/transformer.py and its configs):
+    norm: Literal["pre", "post"] = "pre"  # "post": LN after each residual, no key/value LN, no final LN
+    input_dropout: tuple[float, float, float] | None = None  # text, audio, vision input dropout (None: `dropout`)
+    attn_dropout: tuple[float, float, float] = (0.0, 0.0, 0.0)  # attention-weight dropout per target modality
+    relu_dropout: float = 0.0  # dropout on the feed-forward's hidden ReLU units
+    embed_dropout: float = 0.0  # dropout on the positional-encoded transformer inputs
     def __post_init__(self):
         check(self.d_model >= 1, "model.d_model", self.d_model, "an integer >= 1")
         check(self.num_heads >= 1 and self.d_model % self.num_heads == 0, "model.num_heads", self.num_heads,
@@ -80,6 +92,13 @@ class ModelConfig:
         check(0.0 <= self.dropout < 1.0, "model.dropout", self.dropout, "a number in [0, 1)")
         check(self.num_outputs >= 1, "model.num_outputs", self.num_outputs, "an integer >= 1")
         check(self.proto_dim >= 1, "model.proto_dim", self.proto_dim, "an integer >= 1")
+        check(self.norm in ("pre", "post"), "model.norm", self.norm, "'pre' or 'post'")
+        for name in ("input_dropout", "attn_dropout"):
+            rates = getattr(self, name)
+            check(rates is None and name == "input_dropout" or (len(rates) == 3 and all(0.0 <= r < 1.0 for r in rates)),
+                  f"model.{name}", rates, "three rates in [0, 1) for text, audio, vision")
+        for name in ("relu_dropout", "embed_dropout"):
+            check(0.0 <= getattr(self, name) < 1.0, f"model.{name}", getattr(self, name), "a number in [0, 1)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,6 +117,7 @@ class LossConfig:
     ot_epsilon: float = 0.1
     ot_iters: int = 50
     mmd_bandwidth: float = 1.0
+    moment_pairs: Literal["sum", "mean"] = "sum"  # moment-matching MSE summed or averaged over the 3 modality pairs
 
     def __post_init__(self):
         check(self.task in ("mse", "l1", "ce"), "loss.task", self.task, "'mse', 'l1' or 'ce'")
@@ -110,6 +130,7 @@ class LossConfig:
         check(self.ot_epsilon > 0, "loss.ot_epsilon", self.ot_epsilon, "a number > 0")
         check(self.ot_iters >= 1, "loss.ot_iters", self.ot_iters, "an integer >= 1")
         check(self.mmd_bandwidth > 0, "loss.mmd_bandwidth", self.mmd_bandwidth, "a number > 0")
+        check(self.moment_pairs in ("sum", "mean"), "loss.moment_pairs", self.moment_pairs, "'sum' or 'mean'")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +144,16 @@ class TrainConfig:
     seeds: int = 1  # independent runs per variant, trained together (vmapped)
     seed: int = 0
     fast_compile: bool = False  # XLA optimisation level 0: ~3x faster compiles, ~3x slower steps (tests, tiny)
+    # "adamw": decoupled weight decay; "adam_l2": torch's Adam(weight_decay=...) as in the official trainer, the
+    # decay added to the (clipped) gradient before the Adam moments
+    optimizer: Literal["adamw", "adam_l2"] = "adamw"
+    # "plateau": torch ReduceLROnPlateau(mode=min, threshold 1e-4 rel) on the validation loss, once per epoch
+    scheduler: Literal["none", "plateau"] = "none"
+    plateau_patience: int = 5
+    plateau_factor: float = 0.1
+    # a run is reported failed when its validation loss diverges: non-finite, never better than predicting the
+    # training-label mean, or ending above diverge_factor x its best
+    diverge_factor: float = 2.0
 
     def __post_init__(self):
         check(self.lr > 0, "train.lr", self.lr, "a number > 0")
@@ -132,6 +163,11 @@ class TrainConfig:
         check(self.clip > 0, "train.clip", self.clip, "a number > 0")
         check(self.patience >= 1, "train.patience", self.patience, "an integer >= 1")
         check(self.seeds >= 1, "train.seeds", self.seeds, "an integer >= 1")
+        check(self.optimizer in ("adamw", "adam_l2"), "train.optimizer", self.optimizer, "'adamw' or 'adam_l2'")
+        check(self.scheduler in ("none", "plateau"), "train.scheduler", self.scheduler, "'none' or 'plateau'")
+        check(self.plateau_patience >= 0, "train.plateau_patience", self.plateau_patience, "an integer >= 0")
+        check(0.0 < self.plateau_factor < 1.0, "train.plateau_factor", self.plateau_factor, "a number in (0, 1)")
+        check(self.diverge_factor > 1.0, "train.diverge_factor", self.diverge_factor, "a number > 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -197,4 +233,26 @@ def paper() -> Config:
     return Config(data=DataConfig(source="pickle", path="MOSI/aligned_50.pkl"), variants=("full",))
 
 
-PRESETS = {"tiny": tiny(), "demo": demo(), "paper": paper(), "mosi": paper()}
+def official() -> Config:
+    """The official code's MOSI variant (taco-group/DecAlign config/dec_mosi_config.json, trains/ATIO.py): post-norm
+    blocks, per-modality dropout (attention 0.1 / 0 / 0 for text / audio / vision, ReLU 0.1, embedding 0.25,
+    residual 0.1, no input dropout), d = 40 with 10 heads, Adam with L2 weight decay 0.005, lr 2e-4, a plateau
+    scheduler (patience 5, factor 0.1), the moment loss averaged over modality pairs, early stop after 10 epochs.
+    Loss weights stay the paper's (the repository's current dec_mosi_config.json sets beta = ct = 0, i.e. the
+    homogeneity and SupCon terms off: `--set loss.homo=0 loss.ct=0` for that), and its causal `attn_mask` is
+    not reproduced (cross-modal attention here sees every valid key). Needs the user's MMSA pickle, e.g.
+    `iclr26 run decalign --preset official --set data.path=/data/MOSI/aligned_50.pkl --workdir runs/mosi_official`.
+    """
+    return Config(
+        data=DataConfig(source="pickle", path="MOSI/aligned_50.pkl"),
+        model=ModelConfig(d_model=40, num_heads=10, num_layers=5, dropout=0.1, proto_dim=40, norm="post",
+                          input_dropout=(0.0, 0.0, 0.0), attn_dropout=(0.1, 0.0, 0.0), relu_dropout=0.1,
+                          embed_dropout=0.25),
+        loss=LossConfig(moment_pairs="mean"),
+        train=TrainConfig(lr=2e-4, weight_decay=0.005, epochs=50, patience=10, clip=0.6, optimizer="adam_l2",
+                          scheduler="plateau", plateau_patience=5, plateau_factor=0.1),
+        variants=("full",),
+    )
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "paper": paper(), "mosi": paper(), "official": official()}

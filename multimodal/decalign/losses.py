@@ -158,13 +158,16 @@ def _moments(z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return mu, cov, skew
 
 
-def moment_loss(z: jax.Array) -> jax.Array:
-    """z (3, B, p): MSE between the modalities' means, covariances and skewnesses, summed over the 3 pairs."""
+def moment_loss(z: jax.Array, pairs: str = "sum") -> jax.Array:
+    """z (3, B, p): MSE between the modalities' means, covariances and skewnesses, summed (`pairs="sum"`) or
+    averaged (`"mean"`, the official code's later variant) over the 3 modality pairs."""
     mom = [_moments(z[m]) for m in range(z.shape[0])]
     total = 0.0
     for i, j in _PAIRS:
         total += sum(jnp.mean((a - b) ** 2) for a, b in zip(mom[i], mom[j]))
-    return total
+    if pairs not in ("sum", "mean"):
+        raise ValueError(f"pairs={pairs!r}: expected 'sum' or 'mean'")
+    return total / len(_PAIRS) if pairs == "mean" else total
 
 
 def mmd(x: jax.Array, y: jax.Array, bandwidth: float = 1.0) -> jax.Array:
@@ -175,9 +178,9 @@ def mmd(x: jax.Array, y: jax.Array, bandwidth: float = 1.0) -> jax.Array:
     return jnp.mean(k(x, x)) + jnp.mean(k(y, y)) - 2 * jnp.mean(k(x, y))
 
 
-def homogeneity_loss(z: jax.Array, bandwidth: float = 1.0) -> tuple[jax.Array, dict]:
+def homogeneity_loss(z: jax.Array, bandwidth: float = 1.0, pairs: str = "sum") -> tuple[jax.Array, dict]:
     """z (3, B, p): distribution-encoded pooled common features -> moments + mean pairwise MMD."""
-    mom = moment_loss(z)
+    mom = moment_loss(z, pairs)
     m = jnp.mean(jnp.stack([mmd(z[i], z[j], bandwidth) for i, j in _PAIRS]))
     return mom + m, {"moments": mom, "mmd": m}
 

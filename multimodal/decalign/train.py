@@ -21,12 +21,13 @@ import optax
 from flax import nnx
 
 from core.checkpoint import Checkpointer
+from core.config import BadInputError
 from core.plots import bar_plot, line_plot
 from core.train import TrainState, check_finite, write_metrics
 
 from . import losses as L
 from .configs import VARIANTS, Config, DataConfig
-from .data import MODALITIES, prepare
+from .data import LENGTH_KEYS, MODALITIES, prepare
 from .metrics import classification_metrics, regression_metrics
 from .model import DecAlign
 
@@ -48,8 +49,81 @@ def make_model(config: Config, dims: tuple[int, int, int]):
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
+    """Gradient clipping then AdamW (decoupled decay) or, with `train.optimizer="adam_l2"`, torch's Adam with L2
+    weight decay (decay * params added to the clipped gradient before the moments, as the official trainer's
+    `optim.Adam(weight_decay=...)` after `clip_grad_norm_`). With `train.scheduler="plateau"` the update is
+    scaled by a per-run factor held in the optimizer state (`set_lr_scale`), lowered by `plateau_update`."""
     t = config.train
-    return optax.chain(optax.clip_by_global_norm(t.clip), optax.adamw(t.lr, weight_decay=t.weight_decay))
+    if t.optimizer == "adam_l2":
+        base = [optax.add_decayed_weights(t.weight_decay), optax.adam(t.lr)]
+    else:
+        base = [optax.adamw(t.lr, weight_decay=t.weight_decay)]
+    tail = [optax.inject_hyperparams(optax.scale)(step_size=1.0)] if t.scheduler == "plateau" else []
+    return optax.chain(optax.clip_by_global_norm(t.clip), *base, *tail)
+
+
+def lr_scale(opt_state) -> jax.Array:
+    """The plateau scheduler's learning-rate factor(s) in an optimizer state made by `make_optimizer`."""
+    return opt_state[-1].hyperparams["step_size"]
+
+
+def set_lr_scale(opt_state, scale):
+    """Replace the plateau scheduler's learning-rate factor(s) (one per vmapped run)."""
+    last = opt_state[-1]
+    hp = dict(last.hyperparams)
+    hp["step_size"] = jnp.asarray(scale, jnp.asarray(hp["step_size"]).dtype).reshape(jnp.shape(hp["step_size"]))
+    return (*opt_state[:-1], last._replace(hyperparams=hp))
+
+
+def plateau_update(state: dict, val_loss: float, *, patience: int, factor: float, threshold: float = 1e-4) -> dict:
+    """One epoch of torch's ReduceLROnPlateau(mode="min", threshold_mode="rel", cooldown=0) on a host dict
+    {"best", "bad", "scale"}: a loss below best * (1 - threshold) resets the count, otherwise the count grows, and
+    once it exceeds `patience` the scale is multiplied by `factor` and the count restarts."""
+    best, bad, scale = state["best"], state["bad"], state["scale"]
+    if val_loss < best * (1.0 - threshold):
+        best, bad = val_loss, 0
+    else:
+        bad += 1
+    if bad > patience:
+        scale, bad = scale * factor, 0
+    return {"best": best, "bad": bad, "scale": scale}
+
+
+def constant_loss(train_labels: np.ndarray, eval_labels: np.ndarray, task: str) -> float:
+    """The task loss on `eval_labels` of the best constant fitted on the training labels (mean for MSE, median for
+    L1, class frequencies for CE): the level a run must beat to have learned anything."""
+    if task == "ce":
+        freq = np.bincount(train_labels, minlength=int(max(train_labels.max(), eval_labels.max())) + 1) + 1.0
+        logp = np.log(freq / freq.sum())
+        return float(-np.mean(logp[eval_labels]))
+    c = np.mean(train_labels) if task == "mse" else np.median(train_labels)
+    err = eval_labels - c
+    return float(np.mean(err**2) if task == "mse" else np.mean(np.abs(err)))
+
+
+def flag_failures(val_loss: np.ndarray, constant: float, factor: float, patience: int) -> list[dict]:
+    """Per run (columns of val_loss (epochs, runs)): {"failed", "failure"}. A run failed when its validation loss
+    was ever non-finite, its best never beat the constant predictor (`constant_loss`), or, before it early-stopped,
+    the loss climbed above `factor` x its best after reaching it (diverged)."""
+    val_loss = np.asarray(val_loss, float)
+    out = []
+    for i in range(val_loss.shape[1]):
+        v = val_loss[:, i]
+        if not np.isfinite(v).all():
+            out.append({"failed": True, "failure": f"non-finite validation loss at epoch {int(np.argmin(np.isfinite(v))) + 1}"})
+            continue
+        best_epoch = int(np.argmin(v))
+        best = float(v[best_epoch])
+        active = v[best_epoch + 1: best_epoch + 1 + patience]  # the epochs it ran before early stopping
+        if best >= constant:
+            out.append({"failed": True, "failure": f"best validation loss {best:.4g} never below the constant "
+                        f"predictor's {constant:.4g}"})
+        elif active.size and active.max() > factor * best:
+            out.append({"failed": True, "failure": f"validation loss diverged to {active.max():.4g} after its best "
+                        f"{best:.4g} (epoch {best_epoch + 1}; threshold {factor:g}x)"})
+        else:
+            out.append({"failed": False, "failure": ""})
+    return out
 
 
 def task_loss(out: jax.Array, labels: jax.Array, task: str) -> jax.Array:
@@ -60,19 +134,33 @@ def task_loss(out: jax.Array, labels: jax.Array, task: str) -> jax.Array:
     return err**2 if task == "mse" else jnp.abs(err)
 
 
+def batch_lengths(batch: dict) -> jax.Array | None:
+    """(3, B) valid lengths from a batch's text/audio/vision_lengths, or None when the batch has none (aligned)."""
+    if not all(k in batch for k in LENGTH_KEYS):
+        return None
+    return jnp.stack([batch[k] for k in LENGTH_KEYS])
+
+
+def is_unaligned(data: dict) -> bool:
+    """Whether any clip of any split is shorter than its padded length (then the model gets masks; aligned data
+    runs exactly the unmasked program)."""
+    return any(k in data[s] and np.any(data[s][k] < data[s][m].shape[1])
+               for s in ("train", "valid", "test") for m, k in zip(MODALITIES, LENGTH_KEYS))
+
+
 def make_loss_fn(config: Config, graphdef):
     """loss_fn(params, batch, key, switches) -> (loss, metrics); switches (4,) turns dec/hetero/homo/ct on or off."""
     lc = config.loss
 
     def loss_fn(params, batch, key, switches):
         model = nnx.merge(graphdef, params)
-        o = model(batch["text"], batch["audio"], batch["vision"], key)
+        o = model(batch["text"], batch["audio"], batch["vision"], key, lengths=batch_lengths(batch))
         task = jnp.mean(task_loss(o["out"], batch["labels"], lc.task))
-        dec = L.decoupling_loss(o["s"], o["c"])
-        het, het_info = L.heterogeneity_loss(jnp.mean(o["s"], axis=2), num_prototypes=lc.num_prototypes,
+        dec = L.decoupling_loss(o["s"], o["c"])  # padded positions of s and c are zero: they add nothing
+        het, het_info = L.heterogeneity_loss(o["s_pooled"], num_prototypes=lc.num_prototypes,
                                              em_iters=lc.em_iters, var_floor=lc.var_floor,
                                              epsilon=lc.ot_epsilon, ot_iters=lc.ot_iters)
-        hom, hom_info = L.homogeneity_loss(o["z"], lc.mmd_bandwidth)
+        hom, hom_info = L.homogeneity_loss(o["z"], lc.mmd_bandwidth, lc.moment_pairs)
         classes = batch["labels"] if lc.task == "ce" else L.sentiment_classes(batch["labels"])
         ct = L.supcon_loss(o["rep"], classes, lc.temperature)
         weights = jnp.array([lc.dec, lc.hetero, lc.homo, lc.ct]) * switches
@@ -122,9 +210,11 @@ def make_predict_fn(graphdef, chunk: int = 256, options: dict | None = None):
         n = data["text"].shape[0]
         size = min(chunk, n)
         pad = (-n) % size
-        padded = {k: jnp.pad(data[k], [(0, pad)] + [(0, 0)] * (data[k].ndim - 1)) for k in MODALITIES}
+        keys = [k for k in (*MODALITIES, *LENGTH_KEYS) if k in data]
+        padded = {k: jnp.pad(data[k], [(0, pad)] + [(0, 0)] * (data[k].ndim - 1)) for k in keys}
         chunks = {k: v.reshape(-1, size, *v.shape[1:]) for k, v in padded.items()}
-        out = jax.lax.map(lambda b: model(b["text"], b["audio"], b["vision"], None)["out"], chunks)
+        out = jax.lax.map(lambda b: model(b["text"], b["audio"], b["vision"], None, lengths=batch_lengths(b))["out"],
+                          chunks)
         return out.reshape(-1, out.shape[-1])[:n]
 
     return jax.jit(jax.vmap(one_run, in_axes=(0, None)), compiler_options=options)
@@ -179,8 +269,11 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     params = init_fn(jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys))
     states = TrainState(params, jax.vmap(tx.init)(params), jnp.zeros((r,), jnp.int32),
                         jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
-    train = {k: jnp.asarray(data["train"][k]) for k in (*MODALITIES, "labels")}
-    evals = {s: {k: jnp.asarray(data[s][k]) for k in MODALITIES} for s in ("valid", "test")}
+    inputs = [*MODALITIES, *LENGTH_KEYS] if is_unaligned(data) else list(MODALITIES)
+    train = {k: jnp.asarray(data["train"][k]) for k in (*inputs, "labels")}
+    evals = {s: {k: jnp.asarray(data[s][k]) for k in inputs} for s in ("valid", "test")}
+    tc = config.train
+    plateau = [{"best": np.inf, "bad": 0, "scale": 1.0} for _ in runs]
     n, bs = train["text"].shape[0], config.train.batch_size
     steps_per_epoch = n // bs
     if steps_per_epoch < 1:
@@ -192,6 +285,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     if first_epoch:
         states, saved = checkpointer.restore(states)
         best, history = saved["best"], saved["history"]
+        plateau = saved.get("plateau", plateau)
     step_times = []
     for epoch in range(first_epoch, config.train.epochs):
         perms = np.stack([np.random.default_rng([int(s), epoch]).permutation(n)[: steps_per_epoch * bs]
@@ -218,7 +312,12 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         history["val_loss"].append([v["loss"] for v in vals])
         history["test_mae"].append([t_.get("mae", t_.get("wacc")) for t_ in tests])
         history["terms"].append({k: np.asarray(v).tolist() for k, v in m.items()})
-        checkpointer.save(epoch + 1, states, data_state={"best": best, "history": history})
+        if tc.scheduler == "plateau":
+            plateau = [plateau_update(ps, vals[i]["loss"], patience=tc.plateau_patience, factor=tc.plateau_factor)
+                       for i, ps in enumerate(plateau)]
+            states = states._replace(opt_state=set_lr_scale(states.opt_state, [ps["scale"] for ps in plateau]))
+            history.setdefault("lr_scale", []).append([ps["scale"] for ps in plateau])
+        checkpointer.save(epoch + 1, states, data_state={"best": best, "history": history, "plateau": plateau})
         if progress:
             print(f"[decalign] epoch {epoch + 1}/{config.train.epochs}  {time.time() - t:.1f}s  "
                   f"val loss {np.mean(history['val_loss'][-1]):.4f}  train loss {np.mean(m['loss']):.4f}", flush=True)
@@ -226,12 +325,14 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     # steady-state speed: epochs after the first (which includes compilation); nan if all were restored
     later = step_times[1:] or step_times
     run_steps_per_s = r * sum(s for _, s in later) / sum(t for t, _ in later) if later else float("nan")
-    per_run = [{"variant": v, "seed": s, "best_epoch": b["epoch"], "val_loss": b["val_loss"], **b["test"]}
-               for (v, s), b in zip(runs, best)]
+    const = constant_loss(data["train"]["labels"], data["valid"]["labels"], config.loss.task)
+    flags = flag_failures(np.array(history["val_loss"]), const, tc.diverge_factor, tc.patience)
+    per_run = [{"variant": v, "seed": s, "best_epoch": b["epoch"], "val_loss": b["val_loss"], **f, **b["test"]}
+               for (v, s), b, f in zip(runs, best, flags)]
     result = {"runs": per_run, "variants": summarize(per_run), "history": history,
               "speed": {"runs_in_parallel": r, "run_steps_per_s": run_steps_per_s, "batch_size": bs,
                         "steps_per_epoch": steps_per_epoch, "epochs_run": len(step_times)},
-              "wall_seconds": time.time() - t0,
+              "wall_seconds": time.time() - t0, "constant_val_loss": const,
               "input_dims": list(dims)}
     return result
 
@@ -241,9 +342,10 @@ def summarize(per_run: list[dict]) -> dict:
     out = {}
     for v in dict.fromkeys(r["variant"] for r in per_run):
         rows = [r for r in per_run if r["variant"] == v]
-        keys = [k for k in rows[0] if k not in ("variant", "seed")]
+        keys = [k for k in rows[0] if k not in ("variant", "seed", "failed", "failure")]
         out[v] = {k: {"mean": float(np.mean([r[k] for r in rows])), "std": float(np.std([r[k] for r in rows])),
                       "n": len(rows)} for k in keys}
+        out[v]["failed_runs"] = {"mean": float(sum(bool(r.get("failed")) for r in rows)), "std": 0.0, "n": len(rows)}
     return out
 
 
