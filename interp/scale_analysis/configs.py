@@ -1,7 +1,7 @@
-"""Configs of the scale-analysis experiment: the sampler, the four sweeps, and presets tiny / demo / paper / gpu.
+"""Configs of the scale-analysis experiment: the sampler, the five sweeps, and presets tiny / demo / paper / gpu.
 
 The paper states no numeric d, N, P, kappa or seed counts (method notes), so `paper` is this package's
-acceptance scale (d up to 64, widths up to 256, P up to 4,096) rather than a published setting.
+CPU-sized benchmark scale rather than a published setting; `gpu` reaches d = 128 (defined, not run here).
 """
 
 from __future__ import annotations
@@ -10,88 +10,102 @@ import dataclasses
 
 from core.config import check
 
-SWEEPS = ("two_d", "two_n", "three_d", "three_n1")
+SWEEPS = ("two_d", "two_n", "three_d", "three_n1", "kappa")
+PLANTS = ("predicted", "first")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplerConfig:
-    """Underdamped Langevin (BAOAB). Each chain runs n_steps = n_records * record_every steps with
-    eta(P) = step_size / sqrt(1 + curvature * P / kappa); the first burn_frac of the records is discarded."""
+    """Underdamped Langevin (BAOAB), annealed in P in both directions. Every stage (one P, one direction) runs
+    for the same simulated time `sim_time` (so ~sqrt(P) more steps at large P, since eta(P) = step_size /
+    sqrt(1 + curvature * P / kappa)), recorded n_records times; the first burn_frac of a stage's records are
+    discarded. After both sweeps, a P whose two chains (prior start carried up, planted start carried down)
+    disagree (split-R-hat >= rhat_max for some seed) is run for another stage from where both chains ended, up
+    to max_extend times; a (seed, P) that still fails is marked and left out of every fit."""
 
     n_records: int = 20
-    record_every: int = 200
-    step_size: float = 0.5
+    sim_time: float = 10.0
+    step_size: float = 0.7
     friction: float = 1.0
     curvature: float = 1.0
     burn_frac: float = 0.5
+    max_extend: int = 1
+    rhat_max: float = 1.1
 
     def __post_init__(self):
         check(self.n_records >= 4, "sampler.n_records", self.n_records, "an integer >= 4")
-        check(self.record_every >= 1, "sampler.record_every", self.record_every, "an integer >= 1")
+        check(self.sim_time > 0, "sampler.sim_time", self.sim_time, "a positive simulated time per stage")
         check(self.step_size > 0, "sampler.step_size", self.step_size, "a positive step size")
         check(self.friction > 0, "sampler.friction", self.friction, "a positive friction")
         check(self.curvature >= 0, "sampler.curvature", self.curvature, "a curvature constant >= 0")
         check(0 <= self.burn_frac < 1, "sampler.burn_frac", self.burn_frac, "a fraction in [0, 1)")
-
-    @property
-    def n_steps(self) -> int:
-        return self.n_records * self.record_every
+        check(int(self.n_records * (1 - self.burn_frac)) >= 4, "sampler.burn_frac", self.burn_frac,
+              f"at least 4 kept records per stage (n_records={self.n_records}) for split-R-hat")
+        check(self.max_extend >= 0, "sampler.max_extend", self.max_extend, "an integer >= 0")
+        check(self.rhat_max > 1, "sampler.rhat_max", self.rhat_max, "an R-hat cut > 1 (e.g. 1.1)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    """The experiment. Sweeps (run in this order, each a few compiled programs vmapped over seeds, P, inits):
+    """The experiment. Sweeps (run in this order; each point is one compiled program per P, vmapped over seeds):
 
     two_d:    two-layer, N = two_width_ratio * d, d in two_d        -> P* against d
     two_n:    two-layer, d = two_n_d, N in two_n                    -> P* and specialised count against N
     three_d:  three-layer, N1 = N2 = three_width_ratio * d          -> P* against d at proportional widths
     three_n1: three-layer, d = three_n1_d, N2 = three_n1_n2, N1 in three_n1 -> the Sp-Mag / GP-Spec transition
-    P runs over p_over_d * d (rounded) for every point, or over p_over_energy * E_min(d, widths) when that is set
-    (a grid centred on the predicted P*/kappa, so that a wrong prediction shows up as a censored P*).
+    kappa:    two-layer, d = kappa_d, N = kappa_width, kappa in kappa_values -> P* against kappa (P* ~ kappa)
+    P runs over p_over_kappa_energy * kappa * E_min (the default: a grid centred on the predicted P* ~ kappa E,
+    so that a wrong prediction shows up as a censored P*), else p_over_energy * E_min, else p_over_d * d.
     """
 
     seed: int = 0
     kappa: float = 0.1
-    n_seeds: int = 2
+    n_seeds: int = 3
     n_test: int = 1024
     n_probe: int = 128
-    spec_threshold: float = 0.5
-    planted: bool = True               # run a second, teacher-aligned initialisation of every chain
-    n_planted: int = 4
+    spec_multiple: float = 2.5         # specialist threshold in prior sds of the overlap (1/sqrt(d) in layer 1)
+    planted: bool = True               # run the descending chain from a planted start (needed for R-hat)
+    plant: str = "predicted"           # planted pattern: the calculator's winner, or "first"-layer specialists
     sweeps: tuple[str, ...] = SWEEPS
     p_over_d: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0, 64.0)
-    p_over_energy: tuple[float, ...] = ()  # if set, P runs over these multiples of the calculator's E_min instead
-    bucket_ratio: float = 4.0          # P values within this ratio of a bucket's largest share one program
-    two_d: tuple[int, ...] = (16, 32, 64)
-    two_width_ratio: float = 0.5
+    p_over_energy: tuple[float, ...] = ()
+    p_over_kappa_energy: tuple[float, ...] = (30.0, 90.0, 270.0)
+    two_d: tuple[int, ...] = (8, 16, 32)
+    two_width_ratio: float = 4.0
     two_n_d: int = 16
-    two_n: tuple[int, ...] = (16, 64, 256)
-    three_d: tuple[int, ...] = (16, 32, 64)
-    three_width_ratio: float = 0.5
+    two_n: tuple[int, ...] = (64, 256)
+    three_d: tuple[int, ...] = (8, 16)
+    three_width_ratio: float = 4.0
     three_n1_d: int = 16
     three_n1_n2: int = 64
-    three_n1: tuple[int, ...] = (4, 16, 64, 256)
+    three_n1: tuple[int, ...] = (4, 64)
+    kappa_d: int = 16
+    kappa_width: int = 64
+    kappa_values: tuple[float, ...] = (0.05, 0.1, 0.2)
     sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
 
     def __post_init__(self):
         check(self.kappa > 0, "kappa", self.kappa,
               "kappa > 0 (kappa = O(1); at kappa -> 0 the posterior-to-prior bound is vacuous)")
+        check(len(self.kappa_values) >= 1 and all(k > 0 for k in self.kappa_values), "kappa_values",
+              self.kappa_values, "a non-empty tuple of kappa > 0")
         check(self.n_seeds >= 1, "n_seeds", self.n_seeds, "an integer >= 1")
         check(self.n_test >= 2, "n_test", self.n_test, "an integer >= 2")
         check(0 < self.n_probe <= self.n_test, "n_probe", self.n_probe, f"0 < n_probe <= n_test={self.n_test}")
-        check(0 < self.spec_threshold < 1, "spec_threshold", self.spec_threshold, "a cosine in (0, 1)")
-        check(self.n_planted >= 1, "n_planted", self.n_planted, "an integer >= 1")
+        check(self.spec_multiple > 0, "spec_multiple", self.spec_multiple, "a positive multiple of the prior sd")
+        check(self.plant in PLANTS, "plant", self.plant, f"one of {PLANTS}")
         check(len(self.sweeps) > 0 and all(s in SWEEPS for s in self.sweeps), "sweeps", self.sweeps,
               f"a non-empty subset of {SWEEPS}")
         check(len(self.p_over_d) >= 2 and all(p > 0 for p in self.p_over_d), "p_over_d", self.p_over_d,
               "at least two positive ratios P/d")
-        check(all(p > 0 for p in self.p_over_energy) and len(self.p_over_energy) != 1, "p_over_energy",
-              self.p_over_energy, "() or at least two positive multiples of E_min")
-        check(self.bucket_ratio >= 1, "bucket_ratio", self.bucket_ratio, "a ratio >= 1")
+        for name in ("p_over_energy", "p_over_kappa_energy"):
+            vals = getattr(self, name)
+            check(all(p > 0 for p in vals) and len(vals) != 1, name, vals,
+                  "() or at least two positive multiples")
         for name in ("two_d", "three_d", "two_n", "three_n1"):
             vals = getattr(self, name)
             check(len(vals) > 0 and all(v >= 1 for v in vals), name, vals, "a non-empty tuple of integers >= 1")
-        for name in ("two_n_d", "three_n1_d", "three_n1_n2"):
+        for name in ("two_n_d", "three_n1_d", "three_n1_n2", "kappa_d", "kappa_width"):
             check(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         for name in ("two_width_ratio", "three_width_ratio"):
             ratio = getattr(self, name)
@@ -100,7 +114,7 @@ class Config:
                                 ("three_d", self.three_d, self.three_width_ratio)):
             for d in ds:
                 check(round(ratio * d) >= 1, name, ds, f"dimensions with a width round({ratio} * d) >= 1")
-        for d in set(self.two_d) | set(self.three_d) | {self.two_n_d, self.three_n1_d}:
+        for d in set(self.two_d) | set(self.three_d) | {self.two_n_d, self.three_n1_d, self.kappa_d}:
             check(d <= self.n_test, "n_test", self.n_test,
                   f"at least d={d} held-out points (d larger than the data leaves the alignment undetermined)")
             check(min(round(r * d) for r in self.p_over_d) >= 1, "p_over_d", self.p_over_d,
@@ -108,35 +122,37 @@ class Config:
 
 
 def tiny() -> Config:
-    """~20 CPU-seconds (compile-bound); used by the tests; numbers are not meaningful at d = 4, 8.
+    """~30 CPU-seconds (compile-bound); used by the tests; numbers are not meaningful at d = 4, 8.
     `iclr26 run scale-analysis --preset tiny`."""
-    return Config(n_seeds=1, n_test=128, n_probe=32, sweeps=("two_d", "three_n1"), p_over_d=(2.0, 8.0),
-                  two_d=(4, 8), two_width_ratio=1.0, three_n1_d=4, three_n1_n2=4, three_n1=(4,), n_planted=2,
-                  sampler=SamplerConfig(n_records=4, record_every=10))
+    return Config(n_seeds=2, n_test=128, n_probe=32, sweeps=("two_d", "three_n1"), p_over_kappa_energy=(),
+                  p_over_d=(2.0, 8.0), two_d=(4, 8), two_width_ratio=1.0, three_n1_d=4, three_n1_n2=4,
+                  three_n1=(4,), sampler=SamplerConfig(n_records=8, sim_time=1.0, max_extend=0))
 
 
 def demo() -> Config:
-    """~30 CPU-seconds (about a minute on 2 cores): the two-layer P*-against-d sweep at d in {8, 16}, N = d, one
-    seed; expected A_f rising from ~0.1 at P = 4d to ~0.7 at P = 64d (P* of a few hundred).
+    """~1-2 min on 2 cores: the two-layer P*-against-d sweep at d in {8, 16}, N = 4d, two seeds, both anneals.
     `iclr26 run scale-analysis --preset demo`."""
-    return Config(n_seeds=1, n_test=512, n_probe=64, sweeps=("two_d",), p_over_d=(4.0, 16.0, 64.0), bucket_ratio=16.0,
-                  two_d=(8, 16), two_width_ratio=1.0, sampler=SamplerConfig(n_records=10, record_every=150))
+    return Config(n_seeds=2, n_test=512, n_probe=64, sweeps=("two_d",), two_d=(8, 16),
+                  p_over_kappa_energy=(25.0, 100.0, 400.0), sampler=SamplerConfig(n_records=8, sim_time=8.0,
+                                                                                   max_extend=0))
 
 
 def paper() -> Config:
-    """The acceptance scale of issue 12: d up to 64, widths up to 256, P up to 4,096, both inits, 6 seeds for
-    the intervals; P over 2-32 x the calculator's E_min (centred on the measured P*/E_min of 5-25, so fewer
-    points are censored than with a fixed P/d grid). ~30 min on an idle 2-core CPU (2 seeds took 10 min).
-    `iclr26 run scale-analysis --preset paper`."""
-    return Config(n_seeds=6, p_over_energy=(2.0, 4.0, 8.0, 16.0, 32.0))
+    """The committed CPU benchmark (issue 43's repairs), sized for a shared 2-core CPU: widths N >= 4d, d in
+    {8, 16, 32} (two layers) and {8, 16} (three), P over 30, 90, 270 x kappa E_min, kappa in {0.05, 0.1, 0.2},
+    3 seeds, both anneals, simulated time 10 per stage, one adaptive extension; 9 distinct points (points shared
+    between sweeps are run once). `iclr26 run scale-analysis --preset paper`."""
+    return Config()
 
 
 def gpu() -> Config:
-    """Larger d, N and P with more seeds (an accelerator run; not executed on this project's CPUs)."""
-    return Config(n_seeds=8, n_test=4096, n_probe=256, p_over_d=(2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
-                  two_d=(32, 64, 128, 256), two_n_d=32, two_n=(32, 128, 512, 2048), three_d=(32, 64, 128, 256),
-                  three_n1_d=32, three_n1_n2=512, three_n1=(8, 32, 128, 512, 2048),
-                  sampler=SamplerConfig(n_records=40, record_every=250))
+    """Accelerator scale (defined, not run on this project's CPUs): d up to 128 at N = 4d, N up to 1,024,
+    8 seeds, a wider P grid and longer stages."""
+    return Config(n_seeds=8, n_test=4096, n_probe=256, p_over_kappa_energy=(12.5, 25.0, 50.0, 100.0, 200.0, 400.0),
+                  two_d=(32, 64, 128), two_n_d=32, two_n=(128, 256, 512, 1024), three_d=(32, 64, 128),
+                  three_n1_d=32, three_n1_n2=128, three_n1=(4, 16, 64, 256), kappa_d=32, kappa_width=128,
+                  kappa_values=(0.05, 0.1, 0.2, 0.4),
+                  sampler=SamplerConfig(n_records=20, sim_time=60.0, max_extend=3))
 
 
 PRESETS = {"tiny": tiny(), "demo": demo(), "paper": paper(), "gpu": gpu()}

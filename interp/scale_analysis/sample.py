@@ -7,9 +7,16 @@ per step, O(eta^2) bias in the configurational marginal, and exact Gaussian marg
 the linear-Gaussian test uses. (The paper does not state its sampler; Langevin is this package's choice.)
 
 The data term's curvature grows like P/kappa, so every chain takes eta(P) = step_size / sqrt(1 + c P/kappa)
-(stability of BAOAB needs eta * sqrt(lambda_max) < 2). A whole chain is a `lax.scan` over records of a
-`fori_loop` over steps; `make_sweep` vmaps it over (seed, P, initialisation) in one compiled program, with
-the data of all P padded to the largest P of the call and masked.
+(stability of BAOAB needs eta * sqrt(lambda_max) < 2), and runs for the same SIMULATED time at every P: the
+step count is sim_time / eta(P) (`steps_per_record`), so a large-P chain is not given less physical time than
+a small-P one. Chains are annealed in P (`make_stage`): the ascending chain starts from a prior draw at the
+smallest P and carries its state (positions and momenta) up the grid; the descending chain starts from a
+planted state matched to the predicted pattern (`planted_init`) at the largest P and carries it down. Both
+directions see the same training data (nested in P), so at each P they sample the same posterior and their
+split-R-hat (`split_rhat`, the same estimator as numpyro's `split_gelman_rubin`) says whether they agree.
+A stage is a `lax.scan` over records of a `fori_loop` over steps, vmapped over seeds; one compiled program per
+point serves every stage (the data are padded to the point's largest P and masked; P, the step size and the
+step count are traced), since on a shared CPU compiles cost more than the padding.
 """
 
 from __future__ import annotations
@@ -61,15 +68,17 @@ def baoab_step(grad_fn: Callable[[Any], Any], state: ChainState, key: jax.Array,
 
 def run_chain(grad_fn: Callable[[Any], Any], observe: Callable[[Any], Mapping[str, jax.Array]], q0: Any,
               key: jax.Array, *, eta: jax.Array, friction: float, n_records: int,
-              record_every: int) -> tuple[ChainState, dict[str, jax.Array]]:
-    """Run n_records * record_every BAOAB steps from q0 (momenta from N(0, I)); observe(q) at each record.
+              record_every: int | jax.Array, p0: Any = None) -> tuple[ChainState, dict[str, jax.Array]]:
+    """Run n_records * record_every BAOAB steps from q0 (momenta p0, or fresh from N(0, I)); observe(q) at each
+    record. `record_every` may be a traced integer (one compiled program serves every step count).
 
     Returns the final state and traces {name: (n_records,)}.
     """
     k0, key = jax.random.split(key)
     leaves, treedef = jax.tree.flatten(q0)
-    p0 = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, x.dtype)
-                                      for k, x in zip(jax.random.split(k0, len(leaves)), leaves)])
+    if p0 is None:
+        p0 = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, x.dtype)
+                                          for k, x in zip(jax.random.split(k0, len(leaves)), leaves)])
     state = ChainState(q0, p0, grad_fn(q0))
 
     def record(state, r):
@@ -90,9 +99,24 @@ def step_sizes(p_values: jax.typing.ArrayLike, *, step_size: float, curvature: f
     return step_size / jnp.sqrt(1.0 + curvature * jnp.asarray(p_values, jnp.float32) / kappa)
 
 
+def step_size_at(p: float, *, step_size: float, curvature: float, kappa: float) -> float:
+    """eta(P) as a Python float (the same formula as `step_sizes`)."""
+    return float(step_size / math.sqrt(1.0 + curvature * float(p) / kappa))
+
+
+def steps_per_record(p: float, *, sim_time: float, n_records: int, step_size: float, curvature: float,
+                     kappa: float) -> int:
+    """Steps between records so that n_records records cover at least `sim_time` of simulated time at eta(P):
+    ceil(sim_time / (eta(P) n_records)). Equal simulated time at every P means ~sqrt(P) more steps at large P."""
+    if sim_time <= 0 or n_records < 1:
+        raise ValueError(f"sim_time={sim_time!r}, n_records={n_records!r}: expected sim_time > 0, n_records >= 1")
+    eta = step_size_at(p, step_size=step_size, curvature=curvature, kappa=kappa)
+    return max(1, math.ceil(sim_time / (eta * n_records) - 1e-9))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Problem:
-    """Everything a sweep over (seed, P, init) shares: architecture, scales, teacher, held-out data."""
+    """Everything the chains of one (arch, d, widths, kappa) point share: scales, teacher, held-out data."""
 
     arch: str
     d: int
@@ -104,23 +128,35 @@ class Problem:
     probe_kernel: jax.Array       # prior expectation of the last hidden kernel on x_test[:n_probe]
     probe_drift0: jax.Array       # prior mean of ||K - K0||_F: the finite-width level of the kernel drift
     n_probe: int
-    spec_threshold: float
+    spec_multiple: float          # specialist threshold, in prior sds of the overlap (order_params.specialist_mask)
+    prior_sd2: float              # three layers: prior sd of corr(h2_j, w*.x) (Monte Carlo); 1/sqrt(d) otherwise
+    prior_count1: float           # expected specialist counts of a prior draw (Monte Carlo), subtracted as baseline
+    prior_count2: float
 
 
 def make_problem(key: jax.Array, *, arch: str, d: int, widths: Sequence[int], kappa: float, n_test: int,
-                 n_probe: int, spec_threshold: float, prior_draws: int = 32) -> Problem:
-    """Teacher direction, a held-out test set, and the prior kernel (Monte Carlo over prior draws)."""
+                 n_probe: int, spec_multiple: float = 2.5, prior_draws: int = 32) -> Problem:
+    """Teacher direction, a held-out test set, the prior kernel and the prior levels of the specialist counts
+    (Monte Carlo over prior draws)."""
     model_lib.check_arch(arch, d, widths)
     if not kappa > 0:
         raise ValueError(f"kappa={kappa!r}: expected kappa > 0 (at kappa -> 0 the posterior-to-prior bound "
                          "is vacuous)")
     if not 0 < n_probe <= n_test:
         raise ValueError(f"n_probe={n_probe!r}: expected 0 < n_probe <= n_test={n_test}")
-    w_star, x_test, y_test, k0, drift0 = _problem_arrays(key, arch, d, tuple(int(w) for w in widths), n_test,
-                                                         n_probe, prior_draws)
-    return Problem(arch=arch, d=d, widths=tuple(int(w) for w in widths), kappa=float(kappa), w_star=w_star,
+    if not spec_multiple > 0:
+        raise ValueError(f"spec_multiple={spec_multiple!r}: expected a positive multiple of the prior sd")
+    widths = tuple(int(w) for w in widths)
+    w_star, x_test, y_test, k0, drift0, u1, u2 = _problem_arrays(key, arch, d, widths, n_test, n_probe,
+                                                                  prior_draws)
+    sd1 = 1.0 / math.sqrt(d)
+    sd2 = float(np.sqrt(np.mean(np.asarray(u2) ** 2))) if arch == "three" else sd1
+    count = jax.vmap(lambda u, s: order_params.specialist_count(u, s, spec_multiple), in_axes=(0, None))
+    c1 = float(np.mean(np.asarray(count(u1, sd1))))
+    c2 = float(np.mean(np.asarray(count(u2, sd2)))) if arch == "three" else 0.0
+    return Problem(arch=arch, d=d, widths=widths, kappa=float(kappa), w_star=w_star,
                    x_test=x_test, y_test=y_test, probe_kernel=k0, probe_drift0=drift0, n_probe=n_probe,
-                   spec_threshold=float(spec_threshold))
+                   spec_multiple=float(spec_multiple), prior_sd2=sd2, prior_count1=c1, prior_count2=c2)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5, 6))
@@ -129,45 +165,82 @@ def _problem_arrays(key, arch, d, widths, n_test, n_probe, prior_draws):
     w_star = data_lib.teacher_direction(kw, d)
     x_test, y_test = data_lib.sample(kt, n_test, w_star)
     xp = x_test[:n_probe]
+    z = x_test @ w_star
 
-    def prior_kernel(k):
-        phi = model_lib.features(model_lib.init_params(k, arch, d, widths), xp)
-        return phi @ phi.T / phi.shape[-1]
+    def prior_stats(k):
+        params = model_lib.init_params(k, arch, d, widths)
+        phi = model_lib.features(params, xp)
+        u1 = order_params.cosines(params["w1"], w_star)
+        hs = model_lib.hidden(params, x_test)
+        u2 = order_params.correlations(hs[-1], z)
+        return phi @ phi.T / phi.shape[-1], u1, u2
 
-    ks = jax.lax.map(prior_kernel, jax.random.split(kp, prior_draws))
+    ks, u1, u2 = jax.lax.map(prior_stats, jax.random.split(kp, prior_draws))
     k0 = ks.mean(0)
     drift0 = jnp.mean(jnp.sqrt(jnp.sum((ks - k0) ** 2, axis=(1, 2)))) * math.sqrt(prior_draws / (prior_draws - 1))
-    return w_star, x_test, y_test, k0, drift0
+    return w_star, x_test, y_test, k0, drift0, u1, u2
 
 
-def planted_init(key: jax.Array, problem: Problem, n_planted: int, x: jax.Array, y: jax.Array,
-                 mask: jax.Array) -> model_lib.Params:
-    """A learned-looking start: a prior draw whose first n_planted first-layer neurons point along w* (norms
-    spread over [0.5, 1.5] sqrt(d), signs alternating, so that erf units of several scales can carry He3), with
-    the readout set to its conditional posterior mean given the rest (a ridge solve on the training data).
-    Started from both this and a prior draw, a chain that ends in the same state from both is equilibrated."""
+PLANT_PATTERNS = ("Spec", "Spec-Mag", "GP-Spec", "first")
+
+
+def planted_init(key: jax.Array, problem: Problem, x: jax.Array, y: jax.Array, *, pattern: str,
+                 n_first: int = 0, n_second: int = 0, mask: jax.Array | None = None) -> model_lib.Params:
+    """A learned-looking start in the given pattern: a prior draw, then
+
+      Spec / Spec-Mag / first: n_first first-layer neurons along w* (norms spread over [0.5, 1.5] sqrt(d),
+                 signs alternating, so that erf units of several scales can carry He3);
+      Spec-Mag:  also a magnetisation of the second layer: every second-layer row gets a shared component of
+                 amplitude sqrt(N1 / n_first) on the planted units (random sign per row);
+      GP-Spec:   a prior (lazy) first layer and n_second second-layer rows whose pre-activation is the linear
+                 feature h2_j = alpha_j w*.x (alpha_j over [0.5, 1.5], signs alternating): W2_j is the ridge
+                 regression of alpha_j w*.x on the first layer's erf features of the training inputs;
+
+    with the readout set to its conditional posterior mode given the rest (a ridge solve on (x, y), rows
+    weighted by `mask`). The descending chain starts here; a chain from a prior draw is the other start."""
+    if pattern not in PLANT_PATTERNS:
+        raise ValueError(f"pattern={pattern!r}: expected one of {PLANT_PATTERNS}")
     params = model_lib.init_params(key, problem.arch, problem.d, problem.widths)
+    mask = jnp.ones(x.shape[0], x.dtype) if mask is None else mask
     n1 = problem.widths[0]
-    k = max(1, min(int(n_planted), n1))
-    scales = jnp.linspace(0.5, 1.5, k) * math.sqrt(problem.d)
-    signs = jnp.where(jnp.arange(k) % 2 == 0, 1.0, -1.0)
-    planted = (scales * signs)[:, None] * problem.w_star[None, :]
-    params["w1"] = params["w1"].at[:k].set(planted)
-    phi = model_lib.features(params, x)                       # (P_max, N_L)
+    if pattern in ("Spec", "Spec-Mag", "first"):
+        k = max(1, min(int(n_first), n1))
+        scales = jnp.linspace(0.5, 1.5, k) * math.sqrt(problem.d)
+        signs = jnp.where(jnp.arange(k) % 2 == 0, 1.0, -1.0)
+        params["w1"] = params["w1"].at[:k].set((scales * signs)[:, None] * problem.w_star[None, :])
+        if pattern == "Spec-Mag" and problem.arch == "three":
+            n2 = problem.widths[1]
+            row_sign = jnp.where(jax.random.bernoulli(jax.random.fold_in(key, 7), 0.5, (n2,)), 1.0, -1.0)
+            mag = math.sqrt(n1 / k) * row_sign[:, None] * signs[None, :]
+            params["w2"] = params["w2"].at[:, :k].add(mag)
+    elif pattern == "GP-Spec":
+        if problem.arch != "three":
+            raise ValueError("pattern='GP-Spec' plants second-layer specialists: expected arch='three'")
+        n2 = problem.widths[1]
+        k = max(1, min(int(n_second), n2))
+        phi1 = jax.scipy.special.erf(model_lib.hidden(params, x)[0]) * mask[:, None]    # (P, N1)
+        z = (x @ problem.w_star) * mask
+        gram = phi1.T @ phi1 / n1 + 1e-2 * jnp.eye(n1)
+        beta = jnp.linalg.solve(gram, phi1.T @ z / math.sqrt(n1))             # phi1 beta / sqrt(N1) ~ z
+        alphas = jnp.linspace(0.5, 1.5, k) * jnp.where(jnp.arange(k) % 2 == 0, 1.0, -1.0)
+        params["w2"] = params["w2"].at[:k].set(alphas[:, None] * beta[None, :])
+    phi = model_lib.features(params, x)                       # (P, N_L)
     n_l = phi.shape[-1]
-    # U restricted to a: |phi a / sqrt(N) - y|^2_mask / (2 kappa) + |a|^2 / 2  ->  its minimiser
-    gram = (phi * mask[:, None]).T @ phi / (n_l * problem.kappa) + jnp.eye(n_l)
-    rhs = (phi * mask[:, None]).T @ y / (math.sqrt(n_l) * problem.kappa)
+    # U restricted to a: |phi a / sqrt(N) - y|^2 / (2 kappa) + |a|^2 / 2  ->  its minimiser
+    phi = phi * mask[:, None]
+    gram = phi.T @ phi / (n_l * problem.kappa) + jnp.eye(n_l)
+    rhs = phi.T @ (y * mask) / (math.sqrt(n_l) * problem.kappa)
     params["a"] = jnp.linalg.solve(gram, rhs)
     return params
 
 
-def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, mask: jax.Array,
-              kappa: float) -> jax.Array:
-    """U = sum_mu mask_mu (f(x_mu) - y_mu)^2 / (2 kappa) + |theta|^2 / 2 (whitened prior)."""
+def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, kappa: float,
+              mask: jax.Array | None = None) -> jax.Array:
+    """U = sum_mu mask_mu (f(x_mu) - y_mu)^2 / (2 kappa) + |theta|^2 / 2 (whitened prior; mask defaults to 1)."""
     r = model_lib.forward(params, x) - y
     prior = sum(jnp.sum(v * v) for v in jax.tree.leaves(params))
-    return 0.5 * jnp.sum(mask * r * r) / kappa + 0.5 * prior
+    sq = r * r if mask is None else mask * r * r
+    return 0.5 * jnp.sum(sq) / kappa + 0.5 * prior
 
 
 def training_data(key: jax.Array, p_max: int, w_star: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -176,35 +249,52 @@ def training_data(key: jax.Array, p_max: int, w_star: jax.Array) -> tuple[jax.Ar
     return x, data_lib.target(x, w_star)
 
 
-def make_sweep(problem: Problem, *, p_max: int, n_records: int, record_every: int, step_size: float,
-               friction: float, curvature: float, n_planted: int) -> Callable[..., dict[str, jax.Array]]:
-    """A jitted sweep(seed_keys (B,), p_values (B,), planted (B,) bool) -> traces {name: (B, n_records)}.
+def data_key(seed_key: jax.Array) -> jax.Array:
+    """The training-data key of a seed: every chain of that seed (both directions, every P) sees the same rows."""
+    return jax.random.fold_in(seed_key, 0)
 
-    Chains with the same seed key share their training data (row i is drawn from fold_in(seed key, i), so
-    the first P rows are the same whatever p_max: sample sizes are nested across calls); each chain has its
-    own Langevin noise.
-    """
+
+def make_init(problem: Problem, *, p_max: int, pattern: str | None, n_first: int = 0,
+              n_second: int = 0) -> Callable[[jax.Array, jax.Array], tuple[Any, Any]]:
+    """A jitted init(seed_keys (B,), p) -> (positions, momenta) batched over seeds: a prior draw (pattern None)
+    or the planted state of `planted_init` fitted on the seed's first p (<= p_max) training rows."""
+
+    def one(seed_key, p):
+        ki = jax.random.fold_in(seed_key, 1 if pattern is None else 2)
+        if pattern is None:
+            q = model_lib.init_params(ki, problem.arch, problem.d, problem.widths)
+        else:
+            x, y = training_data(data_key(seed_key), p_max, problem.w_star)
+            mask = (jnp.arange(p_max) < p).astype(x.dtype)
+            q = planted_init(ki, problem, x, y, pattern=pattern, n_first=n_first, n_second=n_second, mask=mask)
+        leaves, treedef = jax.tree.flatten(q)
+        km = jax.random.fold_in(seed_key, 3 if pattern is None else 4)
+        mom = jax.tree.unflatten(treedef, [jax.random.normal(k, v.shape, v.dtype)
+                                           for k, v in zip(jax.random.split(km, len(leaves)), leaves)])
+        return q, mom
+
+    return jax.jit(jax.vmap(one, in_axes=(0, None)))
+
+
+def make_stage(problem: Problem, *, p_max: int, n_records: int, friction: float) -> Callable[..., Any]:
+    """A jitted stage(q, mom, seed_keys, noise_keys, eta, record_every, p) -> (q, mom, traces {name: (B, R)}):
+    BAOAB at sample size p (<= p_max; the seed's first p training rows, the rest masked) continued from
+    positions q and momenta mom (batched over B chains), n_records records of `record_every` steps each.
+    eta, record_every and p are traced scalars: one compiled program serves every stage of a point."""
     if p_max < 1:
         raise ValueError(f"p_max={p_max!r}: expected >= 1")
     observe = order_params.make_observer(problem)
     kappa = problem.kappa
 
-    def chain(seed_key, p_value, is_planted):
-        kd, ki, kn = jax.random.split(seed_key, 3)
-        x, y = training_data(kd, p_max, problem.w_star)
-        mask = (jnp.arange(p_max) < p_value).astype(x.dtype)
-        ki = jax.random.fold_in(ki, is_planted.astype(jnp.int32))
-        q_prior = model_lib.init_params(ki, problem.arch, problem.d, problem.widths)
-        q_plant = planted_init(ki, problem, n_planted, x, y, mask)
-        q0 = jax.tree.map(lambda a, b: jnp.where(is_planted, b, a), q_prior, q_plant)
-        eta = step_sizes(p_value, step_size=step_size, curvature=curvature, kappa=kappa)
-        grad_fn = jax.grad(lambda q: potential(q, x, y, mask, kappa))
-        noise_key = jax.random.fold_in(jax.random.fold_in(kn, p_value), is_planted.astype(jnp.int32))
-        _, traces = run_chain(grad_fn, observe, q0, noise_key, eta=eta, friction=friction,
-                              n_records=n_records, record_every=record_every)
-        return traces
+    def one(q, mom, seed_key, noise_key, eta, record_every, p):
+        x, y = training_data(data_key(seed_key), p_max, problem.w_star)
+        mask = (jnp.arange(p_max) < p).astype(x.dtype)
+        grad_fn = jax.grad(lambda q: potential(q, x, y, kappa, mask))
+        state, traces = run_chain(grad_fn, observe, q, noise_key, eta=eta, friction=friction,
+                                  n_records=n_records, record_every=record_every, p0=mom)
+        return state.q, state.p, traces
 
-    return jax.jit(jax.vmap(chain))
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None)))
 
 
 def split_seed_keys(seed: int, n_seeds: int, impl: str = "rbg") -> jax.Array:
@@ -233,12 +323,15 @@ def integrated_autocorr_time(trace: np.ndarray) -> float:
 
 
 def split_rhat(chains: np.ndarray) -> float:
-    """Split-R-hat (Gelman-Rubin) of chains (C, T): ~1 when the chains sample the same distribution."""
+    """Split-R-hat (Gelman-Rubin) of chains (C, T): ~1 when the chains sample the same distribution. Each chain
+    is split into its first and last floor(T/2) draws (numpyro's `split_gelman_rubin` convention), then
+    R-hat = sqrt(((T'-1)/T' W + B/T') / W) with W the mean within-chain variance and B/T' the variance of the
+    chain means (T' = floor(T/2))."""
     c = np.asarray(chains, np.float64)
     t = c.shape[1] // 2
     if t < 2:
         return float("nan")
-    c = np.concatenate([c[:, :t], c[:, t:2 * t]], axis=0)
+    c = np.concatenate([c[:, :t], c[:, -t:]], axis=0)
     if not np.all(np.isfinite(c)):
         return float("nan")
     w = c.var(axis=1, ddof=1).mean()
