@@ -125,7 +125,7 @@ class TrainConfig:
     ewc_lambda: float = 10.0       # online EWC strength
     ewc_gamma: float = 1.0         # online EWC Fisher decay
     chunk_steps: int = 200         # steps per compiled scan chunk (and per checkpoint)
-    checkpoint: bool = False       # save (state, stream position) after every chunk and resume from workdir
+    checkpoint: bool = True        # with a workdir: save (state, stream position) after every chunk and resume
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "buffer_batch", "chunk_steps"):

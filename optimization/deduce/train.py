@@ -322,12 +322,16 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
     data_state: dict[str, Any] = {"task": 0, "pos": 0, "acc_class": [], "acc_task": [], "fired": [],
                                   "conflicts": [], "resets": [], "flag_b": [], "baseline_class": None,
                                   "baseline_task": None, "train_seconds": 0.0}
-    ckpt = None
+    ckpt, log = None, None
     if workdir is not None and config.train.checkpoint:
         from core.checkpoint import Checkpointer
         ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints", keep=2, config=config)
         if ckpt.latest_step() is not None:
             states, data_state = ckpt.restore(states)
+    if workdir is not None:  # the run folder's metrics.jsonl: each chunk's mean loss, each task's accuracies
+        from core.train import MetricsLog
+        resumed = data_state["task"] * trainer.steps_per_task + data_state["pos"]
+        log = MetricsLog(pathlib.Path(workdir) / "metrics.jsonl", resumed, config=config)
     if data_state["baseline_class"] is None:
         b_c, b_t = trainer._eval(states.params, arrays)
         data_state["baseline_class"], data_state["baseline_task"] = _host(b_c).tolist(), _host(b_t).tolist()
@@ -352,6 +356,8 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
             if stop_after_chunks is not None and chunks_now >= stop_after_chunks:
                 if ckpt is not None:
                     ckpt.close()
+                if log is not None:
+                    log.close()
                 return {"stopped": True, "data_state": data_state, "final_states": states,
                         "final_params": states.params}
             length = min(chunk, trainer.steps_per_task - data_state["pos"])
@@ -365,8 +371,10 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
             done = t * trainer.steps_per_task + data_state["pos"]
             check_finite({"loss": history[-1]["loss"]}, states.params, first=done - length + 1, last=done,
                          checkpointer=ckpt)
+            if log is not None:
+                log.write({"step": done, **history[-1]})
             if ckpt is not None:
-                ckpt.save(t * trainer.steps_per_task + data_state["pos"], states, data_state=data_state)
+                ckpt.save(done, states, data_state=data_state)
             if bar is not None:
                 bar.update(1)
         data_state["fired"].append(_host(states.fired).tolist())
@@ -379,10 +387,16 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
         data_state["acc_task"].append(_host(acc_t).tolist())
         data_state["task"], data_state["pos"] = t + 1, 0
         # no save here: a resume from the task's last chunk (pos == steps_per_task) redoes end_task + eval
+        if log is not None:  # the mean over runs of the accuracy on the tasks seen so far, after task t
+            seen = np.array(data_state["acc_class"][-1])[:, :t + 1]
+            log.write({"step": (t + 1) * trainer.steps_per_task, "task_done": t,
+                       "class_avg_acc": float(seen.mean() * 100)})
     if bar is not None:
         bar.close()
     if ckpt is not None:
         ckpt.close()
+    if log is not None:
+        log.close()
 
     acc_class = np.array(data_state["acc_class"]).transpose(1, 0, 2) * 100   # (R, T, T)
     acc_task = np.array(data_state["acc_task"]).transpose(1, 0, 2) * 100

@@ -47,6 +47,12 @@ def test_run_writes_metrics_and_plots(tmp_path, uninterrupted):
     assert saved["dataset"] == "digits" and len(saved["table"]) == 2
     assert (tmp_path / "class_il_accuracy.png").stat().st_size > 0
     assert (tmp_path / "accuracy_over_tasks.png").stat().st_size > 0
+    # the run folder the README promises: metrics.jsonl (a record per chunk and per task) and checkpoints by default
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    tasks = [r for r in records if "task_done" in r]
+    assert [r["task_done"] for r in tasks] == list(range(saved["num_tasks"]))
+    assert all(np.isfinite(r["loss"]) for r in records if "loss" in r)
+    assert any((tmp_path / "checkpoints").iterdir())
     # the same config gives the same numbers as the uninterrupted fixture (determinism)
     ref = {(r["arm"], r["seed"]): r["class_avg_acc"] for r in uninterrupted["runs"]}
     for r in metrics["runs"]:
@@ -58,6 +64,10 @@ def test_resume_mid_stream_equals_uninterrupted(tmp_path, uninterrupted):
     stopped = run_stream(cfg, tmp_path, stop_after_chunks=3, progress=False)   # stops inside task 1
     assert stopped["stopped"] and stopped["data_state"]["task"] == 1 and stopped["data_state"]["pos"] == 15
     resumed = run_stream(cfg, tmp_path, progress=False)
+    # metrics.jsonl after the resume: no record of the stopped run repeated, one record per chunk in order
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == sorted(set(steps)) and len(steps) == len(resumed["history"]) + 3
     for a, b in zip(_matrices(resumed), _matrices(uninterrupted)):
         np.testing.assert_allclose(a, b, atol=1e-6)
     for x, y in zip(jax.tree.leaves(resumed["final_params"]), jax.tree.leaves(uninterrupted["final_params"])):
