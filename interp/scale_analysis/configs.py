@@ -19,17 +19,17 @@ class SamplerConfig:
     """Underdamped Langevin (BAOAB), annealed in P in both directions. Every stage (one P, one direction) runs
     for the same simulated time `sim_time` (so ~sqrt(P) more steps at large P, since eta(P) = step_size /
     sqrt(1 + curvature * P / kappa)), recorded n_records times; the first burn_frac of a stage's records are
-    discarded. After both sweeps, a P whose two chains (prior start carried up, planted start carried down)
+    discarded (an extension stage keeps all its records). After both sweeps, a P whose two chains (prior start carried up, planted start carried down)
     disagree (split-R-hat >= rhat_max for some seed) is run for another stage from where both chains ended, up
     to max_extend times; a (seed, P) that still fails is marked and left out of every fit."""
 
-    n_records: int = 20
+    n_records: int = 32
     sim_time: float = 10.0
     step_size: float = 0.7
     friction: float = 1.0
     curvature: float = 1.0
     burn_frac: float = 0.5
-    max_extend: int = 1
+    max_extend: int = 2
     rhat_max: float = 1.1
 
     def __post_init__(self):
@@ -140,7 +140,7 @@ def demo() -> Config:
 def paper() -> Config:
     """The committed CPU benchmark (issue 43's repairs), sized for a shared 2-core CPU: widths N >= 4d, d in
     {8, 16, 32} (two layers) and {8, 16} (three), P over 30, 90, 270 x kappa E_min, kappa in {0.05, 0.1, 0.2},
-    3 seeds, both anneals, simulated time 10 per stage, one adaptive extension; 9 distinct points (points shared
+    3 seeds, both anneals, simulated time 10 per stage (32 records), up to two adaptive extensions; 9 distinct points (points shared
     between sweeps are run once). `iclr26 run scale-analysis --preset paper`."""
     return Config()
 

@@ -123,7 +123,8 @@ def run_point(config: configs.Config, arch: str, d: int, widths: tuple[int, ...]
                                 n_second=plant["n_second"])(seed_keys, jnp.int32(ps[-1]))
         for j in reversed(range(len(ps))):
             q, m = run_stage(j, 1, q, m, 0)
-    rhat = point_rhat(traces["A_f"], sc.burn_frac)
+    burn = [int(sc.burn_frac * sc.n_records)] * len(ps)
+    rhat = point_rhat(traces["A_f"], burn)
     for round_ in range(1, sc.max_extend + 1 if config.planted else 1):
         failing = [j for j in range(len(ps)) if not np.all(rhat[:, j] < sc.rhat_max)]
         if not failing:
@@ -132,24 +133,29 @@ def run_point(config: configs.Config, arch: str, d: int, widths: tuple[int, ...]
             for direction in range(n_dir):
                 run_stage(j, direction, *ends[(direction, j)], round_)
             n_stages[j] += 1
-        rhat = point_rhat(traces["A_f"], sc.burn_frac)
+            burn[j] = 0          # an extension continues an annealed stage: all its records are kept
+        rhat = point_rhat(traces["A_f"], burn)
     wall = time.time() - t0
     log(f"  {arch}-layer d={d} widths={widths} kappa={kappa:g} P={ps}: {config.n_seeds} seeds x {n_dir} anneals, "
         f"steps/stage {[e * sc.n_records for e in every]}, stages per P {n_stages.tolist()}, {wall:.1f} s")
-    return {"traces": traces, "rhat": rhat, "n_stages": n_stages.tolist(), "P": ps, "kappa": kappa,
+    return {"traces": traces, "rhat": rhat, "n_stages": n_stages.tolist(), "P": ps, "kappa": kappa, "burn": burn,
             "steps_per_stage": [e * sc.n_records for e in every], "sim_time_per_stage":
             [round(e * sc.n_records * eta, 3) for e, eta in zip(every, etas)], "plant": plant,
             "wall_seconds": wall, "prior_count1": problem.prior_count1, "prior_count2": problem.prior_count2}
 
 
-def point_rhat(a_traces: np.ndarray, burn_frac: float) -> np.ndarray:
-    """Split-R-hat of A_f between the two anneals, per (seed, P), on the kept records of the latest stage
-    (nan when there is one direction only)."""
+def point_rhat(a_traces: np.ndarray, burn: Sequence[int]) -> np.ndarray:
+    """Split-R-hat of A_f between the two anneals, per (seed, P), on the records of the latest stage after its
+    first burn[j] (nan when there is one direction only)."""
     s, n_p, n_dir, r = a_traces.shape
     if n_dir < 2:
         return np.full((s, n_p), np.nan)
-    burn = int(burn_frac * r)
-    return np.array([[sample.split_rhat(a_traces[i, j, :, burn:]) for j in range(n_p)] for i in range(s)])
+    return np.array([[sample.split_rhat(a_traces[i, j, :, burn[j]:]) for j in range(n_p)] for i in range(s)])
+
+
+def kept_mean(traces: np.ndarray, burn: Sequence[int]) -> np.ndarray:
+    """Mean over the kept records of (S, nP, I, R) traces, P by P: (S, nP, I)."""
+    return np.stack([np.nanmean(traces[:, j, :, b:], axis=-1) for j, b in enumerate(burn)], axis=1)
 
 
 # -- analysis ----------------------------------------------------------------------------------------------
@@ -250,8 +256,8 @@ def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, width
     """Posterior means, P*, specialised counts and the per-point equilibration report (JSON-able)."""
     sc = config.sampler
     ps, kappa, traces, rhat = res["P"], res["kappa"], res["traces"], res["rhat"]
-    burn = int(sc.burn_frac * sc.n_records)
-    post = {k: np.nanmean(v[..., burn:], axis=-1) for k, v in traces.items()}      # (S, nP, I)
+    burn = res["burn"]
+    post = {k: kept_mean(v, burn) for k, v in traces.items()}                       # (S, nP, I)
     a = post["A_f"]
     a_seed = a.mean(axis=2)                                                          # (S, nP)
     n_seeds = a.shape[0]
@@ -263,8 +269,8 @@ def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, width
     pred = theory.predict(arch, d, widths)
     exact = [v for v in p_star_values if isinstance(v, float)]
     gp = float(np.exp(np.mean(np.log(exact)))) if exact else None
-    tr = traces["A_f"][..., burn:]
-    tau = np.array([[[sample.integrated_autocorr_time(tr[s, j, i]) for i in range(tr.shape[2])]
+    tr = traces["A_f"]
+    tau = np.array([[[sample.integrated_autocorr_time(tr[s, j, i, burn[j]:]) for i in range(tr.shape[2])]
                      for j in range(len(ps))] for s in range(n_seeds)])
     gap = np.abs(a[:, :, 0] - a[:, :, -1]) if a.shape[2] > 1 else np.zeros(a.shape[:2])
     row = {
