@@ -6,7 +6,7 @@ the answer parser and prompts (`prompts`), preference oracles (`oracles`), the a
 from core.registry import Experiment
 from optimization.lgbo.campaign import Campaign, CampaignFileError
 from optimization.lgbo.configs import PRESETS, Config
-from optimization.lgbo.space import Categorical, Continuous, Space
+from optimization.lgbo.space import Categorical, Continuous, Ordinal, Space
 from optimization.lgbo.train import train_and_evaluate
 
 EXPERIMENT = Experiment(
@@ -20,5 +20,5 @@ EXPERIMENT = Experiment(
               "paper": "hours on 2 shared cores (4 problems x 4 arms x 20 seeds x 30 rounds)"},
 )
 
-__all__ = ["Campaign", "CampaignFileError", "Categorical", "Config", "Continuous", "EXPERIMENT", "PRESETS", "Space",
+__all__ = ["Campaign", "CampaignFileError", "Categorical", "Config", "Continuous", "Ordinal", "EXPERIMENT", "PRESETS", "Space",
            "train_and_evaluate"]

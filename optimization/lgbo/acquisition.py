@@ -129,13 +129,20 @@ def refine(fn, x0: jax.Array, cont_mask: jax.Array, steps: int, lr: float) -> ja
 
 
 def suggest(posts, lifts, best, cands_x: jax.Array, available: jax.Array, cont_mask: jax.Array,
-            base: jax.Array, settings: AcqSettings) -> tuple[jax.Array, jax.Array, jax.Array]:
+            base: jax.Array, settings: AcqSettings, log_weight: jax.Array | None = None
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Pick q points: argmax of LogEI over the available candidates (then qLogEI with earlier picks pending).
 
     cands_x: (N, D) feasible encoded candidates; available: (N,) bool (pool rows not yet used).
     Returns (x (q, D), candidate indices (q,), acquisition values (q,)). With refine_starts > 0 (continuous
     candidate sets only) each pick is refined by projected gradient ascent from the top candidates, and the
-    returned index is -1 when the refined point won."""
+    returned index is -1 when the refined point won.
+
+    log_weight: (N,) added to every candidate's log acquisition before the argmax (piBO's (beta / n) log pi(x),
+    Hvarfner et al. 2022); the gradient refinement, when on, does not see it."""
+    if log_weight is not None and settings.refine_starts > 0:
+        raise ValueError("suggest: log_weight (a piBO prior) works on the candidate argmax only; expected "
+                         "refine_starts=0")
     q = settings.q
     d = cands_x.shape[-1]
     pend_x = jnp.zeros((max(q - 1, 1), d), cands_x.dtype)
@@ -148,7 +155,10 @@ def suggest(posts, lifts, best, cands_x: jax.Array, available: jax.Array, cont_m
         else:
             def acq(x, pend_x=pend_x, pend_mask=pend_mask):
                 return surrogate_qlog_ei_append(posts, lifts, best, x, pend_x, pend_mask, base)
-        scores = jnp.where(available, acq(cands_x), -jnp.inf)
+        raw = acq(cands_x)
+        if log_weight is not None:
+            raw = raw + log_weight
+        scores = jnp.where(available, raw, -jnp.inf)
         idx = jnp.argmax(scores)
         x, val = cands_x[idx], scores[idx]
         if settings.refine_starts > 0:

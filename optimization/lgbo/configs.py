@@ -7,7 +7,10 @@ import dataclasses
 from core.config import check as _check
 from optimization.lgbo.data import PROBLEMS
 
-ARMS = ("none", "aligned", "misaligned", "random")
+ARMS = ("none", "aligned", "misaligned", "random", "aligned_soft", "pibo")
+# aligned_soft: the aligned box with the reference code's sigmoid edges (smoothing 0.06) whatever its size;
+# pibo: plain GP-BO whose LogEI is weighted by a Gaussian prior over the optimum's location, pi(x)^(beta/n)
+# (Hvarfner et al. 2022), centred where the aligned box is (same information, drawn once per run)
 
 
 
@@ -30,6 +33,9 @@ class Config:
     box_e: float = 16.0  # simulated box size as expected grid count E = n_grid * volume (>= 6: hard box)
     jitter: float = 0.25  # box-centre jitter, as a fraction of the box side, redrawn every round
     fit_steps: int = 40  # L-BFGS steps of the MAP fit
+    pibo_beta: float = 10.0  # piBO: LogEI + (beta / n) log pi(x), n = BO iteration (1, 2, ...)
+    pibo_sd: float = 0.5  # piBO prior sd per unit coordinate, as a fraction of the simulated box side
+    ordinal: bool = True  # Olympus pools: numeric-level categoricals as ordinal features (False: all one-hot)
     target: float = 0.9  # "reached 90 % of the optimum"
     seed: int = 0
 
@@ -50,6 +56,8 @@ class Config:
         _check(0.0 <= self.jitter <= 1.0, "jitter", self.jitter, "in [0, 1]")
         _check(self.fit_steps >= 1, "fit_steps", self.fit_steps, ">= 1")
         _check(0.0 < self.target <= 1.0, "target", self.target, "in (0, 1]")
+        _check(self.pibo_beta >= 0.0, "pibo_beta", self.pibo_beta, ">= 0")
+        _check(self.pibo_sd > 0.0, "pibo_sd", self.pibo_sd, "> 0")
 
     @property
     def n_max(self) -> int:

@@ -93,12 +93,16 @@ def _closed_form(name, f, d, optimum, opt_u) -> Problem:
                    poor_u=_poor_centre(u_ref, y_ref, np.asarray(opt_u)), f=f)
 
 
-def olympus_pool(name: str) -> Problem:
-    """An Olympus dataset as a candidate pool; objective: the first measurement (maximised)."""
+def olympus_pool(name: str, *, ordinal: bool = True) -> Problem:
+    """An Olympus dataset as a candidate pool; objective: the first measurement (maximised).
+
+    ordinal: categorical parameters whose options are numeric levels (LNP3's inputs) are ordinal features (one
+    scaled feature each); true categoricals (LNP3's solid lipid) stay one-hot. ordinal=False one-hot encodes
+    every categorical (the encoding before issue 42)."""
     if name not in OLYMPUS:
         raise BadInputError(f"Olympus dataset {name!r} unknown, expected one of {sorted(OLYMPUS)}")
     config = json.loads((OLYMPUS_DIR / name / "config.json").read_text())
-    space = Space.from_json(config["parameters"])
+    space = Space.from_json(config["parameters"], numeric_as_ordinal=ordinal)
     measurements = [m["name"] for m in config["measurements"]]
     col = space.n_params + measurements.index(OLYMPUS[name])
     with open(OLYMPUS_DIR / name / "data.csv", newline="") as fh:
@@ -111,8 +115,9 @@ def olympus_pool(name: str) -> Problem:
                    poor_u=_poor_centre(u, y, u[best]), pool_x=x, pool_u=u, pool_y=y)
 
 
-def get_problem(name: str) -> Problem:
-    """hartmann6, branin, ackley (d = 6), or an Olympus pool (crossed_barrel, hplc, lnp3)."""
+def get_problem(name: str, *, ordinal: bool = True) -> Problem:
+    """hartmann6, branin, ackley (d = 6), or an Olympus pool (crossed_barrel, hplc, lnp3; `ordinal` as in
+    olympus_pool)."""
     if name == "hartmann6":
         return _closed_form(name, hartmann6, 6, HARTMANN6_MAX, HARTMANN6_ARGMAX)
     if name == "branin":
@@ -120,7 +125,7 @@ def get_problem(name: str) -> Problem:
     if name == "ackley":
         return _closed_form(name, ackley, 6, 0.0, np.full(6, 0.5))
     if name in OLYMPUS:
-        return olympus_pool(name)
+        return olympus_pool(name, ordinal=ordinal)
     raise BadInputError(f"problem {name!r} unknown, expected hartmann6, branin, ackley or one of {sorted(OLYMPUS)}")
 
 

@@ -70,8 +70,14 @@ def point_box(centre: jax.Array, n_grid: int, target_e: float = POINT_E) -> tupl
     return jnp.clip(centre - hi / 2, 0.0, 1.0), jnp.clip(centre + hi / 2, 0.0, 1.0)
 
 
-def region_weights(region: Region, grid_u: jax.Array, softness: float = SOFTNESS) -> tuple[jax.Array, jax.Array]:
-    """Weights a (G,) on the grid (sum 1) after the region-size rules; also returns E of the final box."""
+REFERENCE_SOFTNESS = 0.06  # the reference code's smoothing, applied to every box (its "hard" box is never hard)
+
+
+def region_weights(region: Region, grid_u: jax.Array, softness=SOFTNESS, force_soft=False) -> tuple[jax.Array, jax.Array]:
+    """Weights a (G,) on the grid (sum 1) after the region-size rules; also returns E of the final box.
+
+    force_soft (may be traced): sigmoid edges whatever E (the reference code's soft box, with
+    softness=REFERENCE_SOFTNESS)."""
     n_grid = grid_u.shape[0]
     lb, ub = jnp.minimum(region.lb, region.ub), jnp.maximum(region.lb, region.ub)
     e = n_grid * _volume(lb, ub)
@@ -81,14 +87,16 @@ def region_weights(region: Region, grid_u: jax.Array, softness: float = SOFTNESS
     e = jnp.where(as_point, n_grid * _volume(lb, ub), e)
     hard = jnp.all((grid_u >= lb) & (grid_u <= ub), axis=-1).astype(grid_u.dtype)
     soft = jnp.prod(jax.nn.sigmoid((grid_u - lb) / softness) * jax.nn.sigmoid((ub - grid_u) / softness), axis=-1)
-    use_soft = (e < HARD_E) | (jnp.sum(hard) < 1.0)
+    use_soft = force_soft | (e < HARD_E) | (jnp.sum(hard) < 1.0)
     a = jnp.where(use_soft, soft, hard)
     return a / jnp.maximum(jnp.sum(a), 1e-300), e
 
 
-def make_lift(post: gp.GPPosterior, region: Region, grid_u: jax.Array, grid_x: jax.Array) -> Lift:
-    """The exact posterior mean shift for one preference (LGBO step 3-4)."""
-    a, _ = region_weights(region, grid_u)
+def make_lift(post: gp.GPPosterior, region: Region, grid_u: jax.Array, grid_x: jax.Array, *, softness=SOFTNESS,
+              force_soft=False) -> Lift:
+    """The exact posterior mean shift for one preference (LGBO step 3-4); softness / force_soft as in
+    region_weights."""
+    a, _ = region_weights(region, grid_u, softness, force_soft)
     ls = post.params.lengthscale
     kxg_a = (gp.matern52(post.x, grid_x, ls) * post.mask[:, None]) @ a  # k(X, G) a: (n_max,)
     w = jax.scipy.linalg.cho_solve((post.chol, True), kxg_a)

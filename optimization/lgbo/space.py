@@ -3,7 +3,8 @@
 - values: what a user or an LLM sees (floats in natural units; option strings for categoricals);
 - unit coordinates `u` in [0, 1]^P, one per parameter (categorical option i of k sits at (i + 0.5) / k);
   LLM regions (boxes) live here;
-- encoded features `x` in [0, 1]^D that the GP sees (continuous: u; categorical: one-hot).
+- encoded features `x` in [0, 1]^D that the GP sees (continuous: u; categorical: one-hot; ordinal, a categorical
+  whose options are numeric levels: one feature, the level's value min-max scaled into [0, 1]).
 Every suggestion is decoded from a feasible encoding, so it never leaves the box or names a missing option.
 """
 
@@ -60,7 +61,36 @@ class Categorical:
         raise BadInputError(f"parameter {self.name!r}: value {value!r} is not one of the options {self.options}")
 
 
-Parameter = Continuous | Categorical
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ordinal(Categorical):
+    """A categorical parameter whose options are numeric levels (e.g. concentrations 0, 12, 24, 48): shown to a
+    user or an LLM as its options, encoded for the GP as ONE feature, the level min-max scaled into [0, 1], so
+    the kernel sees that 24 lies between 12 and 48 (one-hot would make every pair of levels equally far)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        try:
+            lv = [float(o) for o in self.options]
+        except ValueError:
+            raise BadInputError(f"ordinal parameter {self.name!r}: options {self.options} must all be numbers") from None
+        if len(set(lv)) != len(lv):
+            raise BadInputError(f"ordinal parameter {self.name!r}: levels {lv} must be distinct numbers")
+
+    @property
+    def features(self) -> np.ndarray:
+        """(k,) encoded value of each option: (level - min) / (max - min)."""
+        lv = np.asarray([float(o) for o in self.options], np.float64)
+        return (lv - lv.min()) / (lv.max() - lv.min())
+
+
+Parameter = Continuous | Categorical | Ordinal
+
+
+def _width(p) -> int:
+    """Encoded features of one parameter."""
+    if isinstance(p, Continuous) or isinstance(p, Ordinal):
+        return 1
+    return len(p.options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +111,7 @@ class Space:
 
     @property
     def dim(self) -> int:
-        return sum(1 if isinstance(p, Continuous) else len(p.options) for p in self.params)
+        return sum(_width(p) for p in self.params)
 
     @property
     def names(self) -> list[str]:
@@ -91,7 +121,7 @@ class Space:
         """(D,) 1.0 on encoded features that gradient ascent may move (continuous), 0.0 on one-hot ones."""
         out = []
         for p in self.params:
-            out += [1.0] if isinstance(p, Continuous) else [0.0] * len(p.options)
+            out += [1.0] if isinstance(p, Continuous) else [0.0] * _width(p)
         return np.asarray(out)
 
     # values <-> unit ---------------------------------------------------------------------------------------
@@ -170,7 +200,10 @@ class Space:
             else:
                 k = len(p.options)
                 idx = jnp.clip(jnp.floor(c * k), 0, k - 1).astype(jnp.int32)
-                cols.append((idx[..., None] == jnp.arange(k)).astype(u.dtype))
+                if isinstance(p, Ordinal):
+                    cols.append(jnp.asarray(p.features, u.dtype)[idx][..., None])
+                else:
+                    cols.append((idx[..., None] == jnp.arange(k)).astype(u.dtype))
         return jnp.concatenate(cols, axis=-1)
 
     def unit_of_encoded(self, x):
@@ -179,6 +212,11 @@ class Space:
         for p in self.params:
             if isinstance(p, Continuous):
                 cols.append(jnp.clip(x[..., o], 0.0, 1.0))
+                o += 1
+            elif isinstance(p, Ordinal):   # the nearest level
+                k = len(p.options)
+                near = jnp.argmin(jnp.abs(x[..., o, None] - jnp.asarray(p.features, x.dtype)), axis=-1)
+                cols.append((near + 0.5) / k)
                 o += 1
             else:
                 k = len(p.options)
@@ -200,14 +238,17 @@ class Space:
         for p in self.params:
             if isinstance(p, Continuous):
                 out.append({"name": p.name, "type": "continuous", "low": p.low, "high": p.high})
+            elif isinstance(p, Ordinal):
+                out.append({"name": p.name, "type": "ordinal", "options": list(p.options)})
             else:
                 out.append({"name": p.name, "type": "categorical", "options": list(p.options)})
         return out
 
     @classmethod
-    def from_json(cls, spec: Sequence[Mapping[str, Any]]) -> "Space":
-        """From a list of {"name", "type": "continuous", "low", "high"} / {"name", "type": "categorical",
-        "options"} (the Olympus config.json `parameters` list is accepted as is)."""
+    def from_json(cls, spec: Sequence[Mapping[str, Any]], *, numeric_as_ordinal: bool = False) -> "Space":
+        """From a list of {"name", "type": "continuous", "low", "high"} / {"name", "type": "categorical" or
+        "ordinal", "options"} (the Olympus config.json `parameters` list is accepted as is). With
+        numeric_as_ordinal, a categorical whose options all parse as numbers becomes an Ordinal."""
         if isinstance(spec, Mapping) and "parameters" in spec:
             spec = spec["parameters"]
         if not isinstance(spec, Sequence) or isinstance(spec, str):
@@ -218,12 +259,22 @@ class Space:
                 raise BadInputError(f"parameter spec {s!r} needs 'name' and 'type'")
             if s["type"] == "continuous":
                 params.append(Continuous(name=str(s["name"]), low=float(s["low"]), high=float(s["high"])))
-            elif s["type"] == "categorical":
-                params.append(Categorical(name=str(s["name"]), options=tuple(str(o) for o in s["options"])))
+            elif s["type"] in ("categorical", "ordinal"):
+                opts = tuple(str(o) for o in s["options"])
+                ordinal = s["type"] == "ordinal" or (numeric_as_ordinal and _all_numeric(opts))
+                params.append((Ordinal if ordinal else Categorical)(name=str(s["name"]), options=opts))
             else:
-                raise BadInputError(f"parameter {s['name']!r}: type {s['type']!r}, expected 'continuous' or "
-                                    "'categorical'")
+                raise BadInputError(f"parameter {s['name']!r}: type {s['type']!r}, expected 'continuous', "
+                                    "'categorical' or 'ordinal'")
         return cls(tuple(params))
+
+
+def _all_numeric(options) -> bool:
+    try:
+        [float(o) for o in options]
+    except ValueError:
+        return False
+    return True
 
 
 def sobol(n: int, d: int, seed: int) -> np.ndarray:

@@ -3,7 +3,10 @@
 
 Arms: none (plain GP-BO, c = 0.5 so the lift is exactly zero), aligned (a box of expected grid count `box_e`
 around the true optimum, centre jittered every round), misaligned (the same box around a poor region) and
-random (a box of the same size at a uniformly random place every round); all with confidence c.
+random (a box of the same size at a uniformly random place every round); all with confidence c. Baselines
+added in issue 42: aligned_soft (the aligned box with the reference code's smoothing 0.06 on every box) and
+pibo (no lift; LogEI weighted by a Gaussian prior over the optimum's location, piBO). Pools also get an exact
+random-search reference (`random_search_expected`), no simulation needed.
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ class LoopState(NamedTuple):
     key: jax.Array
 
 
+ARM_MODE = np.asarray([oracles.MODES.index(m) for m in ("none", "aligned", "misaligned", "random", "aligned", "none")])
+assert len(ARM_MODE) == len(ARMS)
+
+
 def simulated_region(arm: jax.Array, key: jax.Array, problem: Problem, config: Config) -> model.Region:
     """The simulated oracle's box for arm index (into ARMS) in unit coordinates."""
-    return oracles.box_region(arm, key, jnp.asarray(problem.optimum_u), jnp.asarray(problem.poor_u),
+    return oracles.box_region(jnp.asarray(ARM_MODE)[arm], key, jnp.asarray(problem.optimum_u), jnp.asarray(problem.poor_u),
                               side=oracles.box_side(config.box_e, config.n_grid, problem.space.n_params),
                               jitter=config.jitter, confidence=config.confidence)
 
@@ -54,10 +61,22 @@ def make_run(problem: Problem, config: Config):
     cont = jnp.asarray(space.continuous_mask())
     if problem.is_pool:
         pool_x, pool_y = jnp.asarray(problem.pool_x), jnp.asarray(problem.pool_y)
+        pool_u = jnp.asarray(problem.pool_u)
         n_pool = pool_x.shape[0]
     else:
         cand_u = jnp.asarray(sobol(config.n_candidates, space.n_params, seed=4321))
         f = problem.f
+    side = oracles.box_side(config.box_e, config.n_grid, space.n_params)
+    soft_arm, pibo_arm = ARMS.index("aligned_soft"), ARMS.index("pibo")
+
+    def pibo_log_weight(arm, key, u, t):
+        """(beta / n) log pi(u) for the piBO arm (0 otherwise): Gaussian prior, sd pibo_sd * side per unit
+        coordinate, centred at the optimum plus a jitter of the aligned box's size drawn once per run."""
+        jit = config.jitter * side * jax.random.uniform(jax.random.fold_in(key, 999_983), (space.n_params,),
+                                                        minval=-1.0, maxval=1.0)
+        centre = jnp.asarray(problem.optimum_u) + jit
+        log_pi = -0.5 * jnp.sum(((u - centre) / (config.pibo_sd * side)) ** 2, axis=-1)
+        return jnp.where(arm == pibo_arm, config.pibo_beta / (t + 1.0) * log_pi, 0.0)
 
     def init(key):
         k_init, k_loop = jax.random.split(key)
@@ -82,17 +101,21 @@ def make_run(problem: Problem, config: Config):
         params = gp.fit_map(state.x, ys, mask, state.params, steps=config.fit_steps)
         post = gp.posterior(params, state.x, ys, mask)
         region = simulated_region(arm, k_region, problem, config)
-        lift = model.make_lift(post, region, grid_u, grid_x)
+        soft = arm == soft_arm
+        lift = model.make_lift(post, region, grid_u, grid_x, force_soft=soft,
+                               softness=jnp.where(soft, model.REFERENCE_SOFTNESS, model.SOFTNESS))
         best = jnp.max(jnp.where(mask > 0, ys, -jnp.inf))
         posts, lifts = jax.tree.map(lambda a: a[None], (post, lift))
         if problem.is_pool:
-            xq, idx, _ = acquisition.suggest(posts, lifts, best, pool_x, state.available, cont, base, settings)
+            xq, idx, _ = acquisition.suggest(posts, lifts, best, pool_x, state.available, cont, base, settings,
+                                             pibo_log_weight(arm, state.key, pool_u, t))
             yq = pool_y[idx]
             available = state.available.at[idx].set(False)
         else:  # Cranley-Patterson rotation of the fixed Sobol set: fresh, low-discrepancy candidates each round
-            cands = space.encode_unit(jnp.mod(cand_u + jax.random.uniform(k_cand, (space.n_params,)), 1.0))
+            cu = jnp.mod(cand_u + jax.random.uniform(k_cand, (space.n_params,)), 1.0)
+            cands = space.encode_unit(cu)
             xq, _, _ = acquisition.suggest(posts, lifts, best, cands, jnp.ones(cands.shape[0], bool), cont,
-                                           base, settings)
+                                           base, settings, pibo_log_weight(arm, state.key, cu, t))
             yq, available = f(xq), state.available
         x = jax.lax.dynamic_update_slice(state.x, xq, (state.n, 0))
         y = jax.lax.dynamic_update_slice(state.y, yq, (state.n,))
@@ -135,6 +158,37 @@ def run_problem(problem: Problem, config: Config, mesh=None) -> np.ndarray:
             starts = progress_bar(range(0, len(padded), size), desc=f"lgbo {problem.name}", unit="seed batch")
             curves = np.concatenate([np.asarray(run_batch(padded[i:i + size])) for i in starts])[:config.seeds]
     return np.transpose(curves, (1, 0, 2))  # (arms, seeds, T+1)
+
+
+def random_search_expected(problem: Problem, config: Config) -> dict[str, Any]:
+    """Exact expectations for random search of a pool: n = n_init + i rows drawn without replacement.
+
+    With the N pool values sorted ascending, P(best of n <= y_(j)) = C(j, n) / C(N, n), so E[best of n] =
+    sum_j y_(j) (C(j, n) - C(j-1, n)) / C(N, n); with m rows at or above the target, P(not reached) =
+    C(N - m, n) / C(N, n), and E[iterations to target] (never reached within the budget: iterations + 1, as
+    for the BO arms) = sum_{i=0}^{iterations} P(not reached after n_init + i rows)."""
+    from scipy.special import gammaln
+
+    if not problem.is_pool:
+        raise ValueError(f"random_search_expected: {problem.name} is not a pool")
+    y = np.sort(np.asarray(problem.pool_y, np.float64))
+    N = len(y)
+    lc = lambda a, b: np.where(a >= b, gammaln(a + 1) - gammaln(b + 1) - gammaln(np.maximum(a - b, 0) + 1), -np.inf)
+    thr = problem.floor + config.target * (problem.optimum - problem.floor)
+    m = int(np.sum(y >= thr))
+    j = np.arange(1, N + 1, dtype=np.float64)
+    best, miss = [], []
+    for i in range(config.iterations + 1):
+        n = config.n_init + i * config.q
+        cdf = np.exp(lc(j, n) - lc(float(N), n))          # P(best <= y_(j))
+        pmf = np.diff(np.concatenate([[0.0], cdf]))
+        best.append(float(pmf @ y))
+        miss.append(float(np.exp(lc(float(N - m), n) - lc(float(N), n))))
+    best = np.asarray(best)
+    progress = (best - problem.floor) / (problem.optimum - problem.floor)
+    return {"iters_to_target_mean": float(np.sum(miss)), "reached_target": 1.0 - miss[-1],
+            "final_regret_mean": float(problem.optimum - best[-1]), "final_progress_mean": float(progress[-1]),
+            "curve_mean": progress.tolist(), "p_not_reached": miss}
 
 
 def iterations_to_target(progress: np.ndarray, target: float) -> np.ndarray:
@@ -191,7 +245,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str,
     workdir.mkdir(parents=True, exist_ok=True)
     metrics: dict[str, Any] = {}
     for name in config.problems:
-        problem = get_problem(name)
+        problem = get_problem(name, ordinal=config.ordinal)
         t0 = time.perf_counter()
         curves = run_problem(problem, config)
         summary = summarise(problem, curves, config)
