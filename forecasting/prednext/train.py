@@ -22,6 +22,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.config import BadInputError
 from core.plots import bar_plot, line_plot
 from core.train import fit, write_metrics
 
@@ -385,7 +386,7 @@ def write_plots(result: dict, config: Config, workdir: pathlib.Path) -> list[str
 
 def run(config: Config, workdir: str | pathlib.Path) -> dict:
     """The registry entry: pretrain + evaluate, write metrics.json, results.json and PNG plots into workdir."""
-    from core.config import BadInputError, to_dict
+    from core.config import to_dict
 
     workdir = pathlib.Path(workdir)
     if config.source != "moving_digits":

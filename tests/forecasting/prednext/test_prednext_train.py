@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from core import sharding
-from core.config import ConfigError, apply_overrides
+from core.config import BadInputError, ConfigError, apply_overrides
 from forecasting.prednext import EXPERIMENT, configs, train
 from helpers import assert_trees_close
 
@@ -132,6 +132,11 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="data_root"):
         dataclasses.replace(CFG, source="ucf101")
     assert apply_overrides(CFG, ["loss.alpha=0.25"]).loss.alpha == 0.25
+    # moving digits only: a frame-folder config handed to train_and_evaluate is one clear line, not a NameError
+    frames = dataclasses.replace(CFG, source="ucf101", data_root="/data/frames", split_dir="/data/splits",
+                                 model=dataclasses.replace(CFG.model, in_channels=3))
+    with pytest.raises(BadInputError, match="source='ucf101': train_and_evaluate runs moving digits"):
+        train.train_and_evaluate(frames, "/nonexistent")
 
 
 @pytest.mark.slow  # its own compiled programs (3-channel frames, ~40 s); the loader itself is tested in _data
