@@ -100,7 +100,10 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
     The full-vs-baseline claim is held only when MAE, Acc-2 and F1 each improve beyond seed noise, not held when
     any of them is worse beyond it, else inconclusive. Failed runs (rows with `failed`) are kept and counted."""
     claims = []
+    have = {(r["heterogeneity"], r["variant"]) for r in rows}
     for h in dict.fromkeys(r["heterogeneity"] for r in rows):
+        if not {(h, "full"), (h, "baseline")} <= have:
+            continue
         parts = [paired_claim(m, f"full vs baseline {m}", *_arms(rows, h, "full", "baseline", m),
                               higher_is_better=m != "mae", **({"chance": CHANCE_ACC2} if m == "acc2" else {}),
                               **_oracle_mean(rows, h, m))
@@ -127,6 +130,8 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
                          f"{np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[0]) - np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[1]):+.3f}"))
         for term, variant, ref in (("decoupling", "+dec", "baseline"), ("heterogeneity alignment", "+hetero", "+dec"),
                                    ("homogeneity alignment", "+homo", "+dec")):
+            if not {(h, variant), (h, ref)} <= have:
+                continue
             acc_a, acc_b = _arms(rows, h, variant, ref, "acc2")
             claims.append(paired_claim(
                 f"{variant.strip('+')}_contributes_h{h:g}",
@@ -169,6 +174,8 @@ def main(argv=None):
     ap.add_argument("--n-test", type=int, default=686)
     ap.add_argument("--noise", type=float, default=3.0, help="the generator's per-element feature noise sd")
     ap.add_argument("--levels", type=float, nargs="+", default=[0.2, 0.9])
+    ap.add_argument("--variants", nargs="+", default=None, help="a subset of the ablation variants (default: all)")
+    ap.add_argument("--no-speed", action="store_true", help="skip the single-run speed measurement (one more compile)")
     ap.add_argument("--oracle-epochs", type=int, default=80, help="epochs of the latent-oracle MLP")
     ap.add_argument("--name", default="decalign")
     ap.add_argument("--raw-dir", default="/tmp/decalign_bench",
@@ -176,7 +183,14 @@ def main(argv=None):
     ap.add_argument("--claims-from-rows", action="store_true",
                     help="recompute the claims (and the README table) from the rows in the committed JSON; command, "
                          "git_commit, wall_seconds and rows are kept as they were")
+    ap.add_argument("--add-oracle", action="store_true",
+                    help="keep the committed ablation rows and add the oracle rows (the generator is deterministic: the "
+                         "same data) and the failure flags that the stored rows allow (best validation loss vs the "
+                         "constant predictor; divergence needs the per-epoch trajectory, which older rows lack)")
     args = ap.parse_args(argv)
+    if args.add_oracle:
+        add_oracle(args)
+        return
     if args.claims_from_rows:
         from core.results import git_commit
         path = RESULTS_DIR / f"{args.name}.json"
@@ -193,11 +207,11 @@ def main(argv=None):
     load_at_start = os.getloadavg()
     rows, per_level, speeds, oracles = [], {}, {}, {}
     for h in args.levels:
-        cfg = configs.bench(h)
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, n_train=args.n_train, n_valid=args.n_valid,
-                                                                n_test=args.n_test, noise=args.noise),
-                                  train=dataclasses.replace(cfg.train, seeds=args.seeds, epochs=args.epochs))
-        raw = pathlib.Path(args.raw_dir) / f"{args.name}_h{h:g}_s{args.seeds}_e{args.epochs}_n{args.n_train}_noise{args.noise:g}.json"
+        cfg = _level_config(args, h)
+        if args.variants:
+            cfg = dataclasses.replace(cfg, variants=tuple(args.variants))
+        tag = "_".join(v.strip("+") for v in args.variants) + "_" if args.variants else ""
+        raw = pathlib.Path(args.raw_dir) / f"{args.name}_{tag}h{h:g}_s{args.seeds}_e{args.epochs}_n{args.n_train}_noise{args.noise:g}.json"
         if raw.exists():
             res = json.loads(raw.read_text())
         else:
@@ -216,8 +230,8 @@ def main(argv=None):
         speeds.setdefault("vmapped_run_steps_per_s", {})[str(h)] = res["speed"]["run_steps_per_s"]
         per_level[h] = res
         cfg_last = cfg
-        for r in res["runs"]:
-            rows.append({"heterogeneity": h, **r})
+        for i, r in enumerate(res["runs"]):  # with each run's validation-loss curve, the failure flags' evidence
+            rows.append({"heterogeneity": h, **r, "val_curve": [round(float(v[i]), 5) for v in res["history"]["val_loss"]]})
         for r in res["oracle_latent"]:
             rows.append({"heterogeneity": h, "variant": ORACLE, "failed": False, "failure": "", **r})
         st = sample_summary([r for r in rows if r["heterogeneity"] == h])[str(h)]
@@ -241,6 +255,8 @@ def main(argv=None):
                          load_at_start=load_at_start)
     print(f"wrote {path} in {wall:.0f}s", flush=True)
     render(path)
+    if args.no_speed:
+        return
     # the single-run speed needs one more compile: measured last, so the ablation is saved first
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(cfg_last, tmp)
@@ -250,6 +266,58 @@ def main(argv=None):
     path.write_text(json.dumps(rec, indent=2) + "\n")
     print(f"single-run speed {speeds['single_run_steps_per_s']:.2f} steps/s", flush=True)
     render(path)
+
+
+def _level_config(args, h: float):
+    cfg = configs.bench(h)
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, n_train=args.n_train, n_valid=args.n_valid,
+                                                             n_test=args.n_test, noise=args.noise),
+                               train=dataclasses.replace(cfg.train, seeds=args.seeds, epochs=args.epochs))
+
+
+def add_oracle(args):
+    """Add oracle rows and row-level failure flags to the committed ablation (see --add-oracle)."""
+    from core.results import git_commit
+    path = RESULTS_DIR / f"{args.name}.json"
+    rec = json.loads(path.read_text())
+    rows = [r for r in rec["rows"] if r["variant"] != ORACLE]
+    levels = list(dict.fromkeys(r["heterogeneity"] for r in rows))
+    oracles, t0 = {}, time.time()
+    for h in levels:
+        cfg = _level_config(args, h)
+        with tempfile.TemporaryDirectory() as tmp:
+            data = prepare(cfg, tmp)
+        const = train.constant_loss(data["train"]["labels"], data["valid"]["labels"], cfg.loss.task)
+        for r in rows:
+            if r["heterogeneity"] == h and "failed" not in r:
+                bad = not np.isfinite(r["val_loss"]) or r["val_loss"] >= const
+                r["failed"] = bool(bad)
+                r["failure"] = (f"best validation loss {r['val_loss']:.4g} never below the constant predictor's "
+                                f"{const:.4g}" if bad else "")
+                r["failure_check"] = "partial: best validation loss vs the constant predictor (no trajectory stored)"
+        t = time.time()
+        latent = oracle.latent_oracle(data, seeds=args.seeds, epochs=args.oracle_epochs)
+        oracles[str(h)] = {"clean_labels": oracle.clean_label_oracle(data), "latent_epochs": args.oracle_epochs,
+                           "latent_seconds": time.time() - t, "constant_val_loss": const}
+        rows += [{"heterogeneity": h, "variant": ORACLE, "failed": False, "failure": "", **r} for r in latent]
+        print(f"h={h:g}: latent oracle MAE {np.mean([r['mae'] for r in latent]):.3f}, "
+              f"label floor {oracles[str(h)]['clean_labels']['mae']:.3f}", flush=True)
+        bar_plot(RESULTS_DIR / f"{args.name}_mae_h{h:g}.png",
+                 *(lambda st: ({v: st[v]["mae"]["mean"] for v in st}, {v: st[v]["mae"]["std"] for v in st}))(
+                     sample_summary([r for r in rows if r["heterogeneity"] == h])[str(h)]),
+                 title=f"DecAlign ablation, heterogeneity {h:g}: test MAE ({args.seeds} seeds)", ylabel="MAE")
+    rec["rows"] = rows
+    rec["oracles"] = oracles
+    rec["claims"] = claims_from_rows(rows) + oracle_checks(rows, oracles)
+    rec["summary"] = sample_summary(rows)
+    rec["oracle_added"] = {"command": " ".join(["python", *sys.argv]), "git_commit": git_commit(),
+                           "wall_seconds": round(time.time() - t0, 2), "load_at_start": os.getloadavg(),
+                           "note": "the ablation rows (command, git_commit, wall_seconds above) are from the earlier "
+                                   "run; the oracle rows, failure flags and claims were added by this command"}
+    path.write_text(json.dumps(rec, indent=2) + "\n")
+    render(path)
+    for c in rec["claims"]:
+        print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c.get("effect"))
 
 
 def render(path: pathlib.Path):
