@@ -161,7 +161,8 @@ def experiment_help(name: str, preset: str | None = None) -> str:
     rows = [[f.path, f.type, f.value, f.allowed, f.meaning] for f in describe(config)]
     return "\n".join([
         f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}", "",
-        _format_table(["preset", "expected runtime on 2 CPU cores"], [[p, exp.runtimes.get(p, "-")] for p in exp.presets]),
+        _format_table(["preset", "expected runtime on 2 CPU cores"],
+                      [[p, exp.runtimes.get(p, "-")] for p in exp.presets]),
         "", f"config of preset {preset!r} (the default preset is {exp.demo_preset!r}; change a field with "
             f"--set FIELD=VALUE; another preset's values: iclr26 run {exp.name} --preset NAME --help):", "",
         _format_table(["field", "type", "value", "allowed", "meaning"], rows)])
@@ -232,7 +233,8 @@ def experiment_info(name: str) -> str:
                       + (f", {passed}/{len(checks)} sanity checks passed" if checks else ""),
                   f"  command: {record.get('command', '?')}"]
         for c in claims:
-            lines.append(f"  claim {c.get('id')}: {({True: 'held', False: 'not held'}).get(c.get('held'), 'inconclusive')}")
+            lines.append(f"  claim {c.get('id')}: "
+                         f"{({True: 'held', False: 'not held'}).get(c.get('held'), 'inconclusive')}")
         for c in checks:
             lines.append(f"  check {c.get('id')}: {({True: 'passed', False: 'FAILED'}).get(c.get('held'), 'not run')}")
     return "\n".join(lines)

@@ -318,7 +318,8 @@ def _class_notes(cls: type) -> tuple[dict[str, str], dict[str, list[ast.expr]]]:
         return None
 
     def visit(node: ast.AST, loop_names: dict[str, tuple[str, ...]]) -> None:
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, (ast.Tuple, ast.List)) \
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
+                and isinstance(node.iter, (ast.Tuple, ast.List)) \
                 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.iter.elts):
             loop_names = {**loop_names, node.target.id: tuple(e.value for e in node.iter.elts)}
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "check" \

@@ -286,7 +286,8 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__jax_array__") or type(value).__module__.startswith("jax"):
+    if (isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__jax_array__")
+            or type(value).__module__.startswith("jax")):
         array = np.asarray(value)
         return array.item() if array.ndim == 0 else array.tolist()
     return value

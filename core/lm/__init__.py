@@ -3,13 +3,25 @@
 See core/lm/README.md. The `tiny_lm` experiment trains a small decoder from scratch on a synthetic task.
 """
 
+from core.lm.cache import KVSection, export_kv, import_kv
 from core.lm.chat import ChatTemplate, GenerationDefaults, apply_chat_template
 from core.lm.configs import LMConfig, RopeScaling, TinyLMConfig, tiny_presets
-from core.lm.cache import KVSection, export_kv, import_kv
-from core.lm.generate import (DecodeState, GenerateOutput, SamplingConfig, append_tokens, continue_decoding, decode,
-                              extend_cache, generate, pad_prompts, prefill, sample_logits, start_state)
-from core.lm.logprobs import chunked_logprobs, sequence_logprobs
+from core.lm.generate import (
+    DecodeState,
+    GenerateOutput,
+    SamplingConfig,
+    append_tokens,
+    continue_decoding,
+    decode,
+    extend_cache,
+    generate,
+    pad_prompts,
+    prefill,
+    sample_logits,
+    start_state,
+)
 from core.lm.hooks import Capture, Hooks, PatchHead, PatchHeadAt, Steer
+from core.lm.logprobs import chunked_logprobs, sequence_logprobs
 from core.lm.lora import LoraConfig, LoraInputs, LoraWeights, init_lora, load_peft, merge, save_peft, unmerge
 from core.lm.model import KVCache, Output, Transformer, abstract, apply, embed, init, init_cache, read_kv, write_kv
 from core.lm.weights import load_hf, save_hf
@@ -32,6 +44,7 @@ EXPERIMENT = Experiment(
 )
 
 __all__ = [
+    "ChatTemplate", "GenerationDefaults", "apply_chat_template",
     "LMConfig", "RopeScaling", "TinyLMConfig", "GenerateOutput", "SamplingConfig", "decode", "generate",
     "DecodeState", "append_tokens", "continue_decoding", "extend_cache", "start_state", "KVSection", "export_kv",
     "import_kv", "chunked_logprobs", "sequence_logprobs", "embed",

@@ -26,7 +26,8 @@ import datetime
 import functools
 import json
 import pathlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from core.config import check
 
@@ -87,7 +88,7 @@ class LMConfig:
 
     # --- HuggingFace config.json ---------------------------------------------------------------
     @classmethod
-    def from_hf(cls, hf: Mapping[str, Any] | str | pathlib.Path, **overrides) -> "LMConfig":
+    def from_hf(cls, hf: Mapping[str, Any] | str | pathlib.Path, **overrides) -> LMConfig:
         """Build from a HuggingFace `config.json` (a dict, the file, or its folder)."""
         if not isinstance(hf, Mapping):
             path = pathlib.Path(hf)

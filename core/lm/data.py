@@ -9,7 +9,7 @@ answer (ending in eos); the loss covers answer tokens only.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -21,7 +21,7 @@ forward (`core.lm.model.KVCache`), so reading and writing it needs no hook (see 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

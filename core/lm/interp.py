@@ -14,7 +14,8 @@ the sweep compiles once for given shapes, whatever the model size.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -364,7 +364,6 @@ class Transformer(nnx.Module):
         lora: `core.lm.lora.LoraInputs` (adapters, config, dropout key): add the LoRA branches.
         """
         c = self.config
-        dt = dtype_of(c.dtype)
         hooks = hooks if hooks is not None else Hooks()
         hooks.validate(c.num_layers)
         x = self._input(tokens, inputs_embeds)

@@ -8,7 +8,7 @@ tokenizers from synthetic text in memory.
 from __future__ import annotations
 
 import pathlib
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer

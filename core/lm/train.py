@@ -19,10 +19,10 @@ from core import data as data_lib
 from core import plots
 from core import train as train_lib
 from core.lm import data as lm_data
-from core.lm.generate import SamplingConfig, generate, pad_prompts
 from core.lm import losses
 from core.lm import model as model_lib
 from core.lm.configs import TinyLMConfig
+from core.lm.generate import SamplingConfig, generate, pad_prompts
 
 
 def make_datasets(config: TinyLMConfig) -> tuple[dict[str, np.ndarray], list, dict[str, np.ndarray]]:

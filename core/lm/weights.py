@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import jax
 import ml_dtypes
@@ -119,7 +120,8 @@ def _tensor_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     return names
 
 
-def read_hf_tensors(folder: str | pathlib.Path, config: LMConfig | None = None) -> Iterator[tuple[WeightSpec, np.ndarray]]:
+def read_hf_tensors(folder: str | pathlib.Path,
+                    config: LMConfig | None = None) -> Iterator[tuple[WeightSpec, np.ndarray]]:
     """Yield (spec, HF-layout numpy tensor) for every weight the config needs, checking names and shapes."""
     folder = pathlib.Path(folder)
     config = config or LMConfig.from_hf(folder)

@@ -18,16 +18,24 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-from typing import Any, NamedTuple, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from core.lm.generate import (DecodeState, SamplingConfig, append_tokens, continue_decoding, pad_prompts, prefill,
-                              start_state)
 from core.lm import model as model_lib
+from core.lm.generate import (
+    DecodeState,
+    SamplingConfig,
+    append_tokens,
+    continue_decoding,
+    pad_prompts,
+    prefill,
+    start_state,
+)
 
 
 class Environment(Protocol):

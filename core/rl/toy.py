@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -19,10 +19,10 @@ step). With a mesh, rollouts and updates are split over its "data" axis.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -281,7 +281,7 @@ class RLTrainer:
 
     # --- the loop ------------------------------------------------------------------------------------
     def train(self, workdir: str | pathlib.Path, *, progress_bar: bool = True,
-              eval_fn: Callable[["RLTrainer"], dict[str, float]] | None = None, eval_every: int | None = None,
+              eval_fn: Callable[[RLTrainer], dict[str, float]] | None = None, eval_every: int | None = None,
               until: int | None = None) -> list[dict]:
         """Run to `config.steps` (or stop after step `until`, e.g. to fit a time slot), resuming from
         `workdir/checkpoints`. Returns every logged record."""

@@ -36,7 +36,7 @@ class ValueHead(nnx.Module):
         return self.linear(hidden.astype(jnp.float32))[..., 0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _head_graphdef(hidden_size: int) -> nnx.GraphDef:
     return nnx.split(nnx.eval_shape(lambda: ValueHead(hidden_size, rngs=nnx.Rngs(params=0))), nnx.Param)[0]
 

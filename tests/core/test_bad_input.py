@@ -139,8 +139,10 @@ CLI_CASES = {
     "config_json_empty": (lambda t: _config_json(t, ""), ["{t}/run/config.json", "unreadable JSON"]),
     "config_json_a_list": (lambda t: _config_json(t, "[1, 2]"), ["{t}/run/config.json", "got a JSON list"]),
     "config_json_binary": (lambda t: _config_json(t, b"\xff\xfe\x00"), ["{t}/run/config.json", "unreadable JSON"]),
-    "config_json_a_folder": (lambda t: (t / "run" / "config.json").mkdir(parents=True) or REG + ["--workdir", t / "run"],
-                             ["{t}/run/config.json: expected the config record of an earlier run (a file), found a folder"]),
+    "config_json_a_folder": (lambda t: (t / "run" / "config.json").mkdir(parents=True)
+                             or REG + ["--workdir", t / "run"],
+                             ["{t}/run/config.json: expected the config record of an earlier run (a file), "
+                              "found a folder"]),
     "report_summary_garbage": (lambda t: (t / "summary.json").write_text("{{") and ["report", t],
                                ["{t}/summary.json", "unreadable JSON"]),
     "report_summary_schema": (lambda t: (t / "summary.json").write_text('{"runs": [1]}') and ["report", t],
@@ -201,7 +203,8 @@ CLI_CASES = {
         t / "ml", ratings="userId,movieId,rating\n1,1,4.0\n2,2,good\n"))],
         ["{t}/ml/ratings.csv: rating='good' on data line 3"]),
     "movielens_nan": (lambda t: FED + ["--set", "ratings_path=" + str(_movielens(
-        t / "ml", ratings="userId,movieId,rating\n1,1,\n2,2,3\n"))], ["{t}/ml/ratings.csv: rating=(blank) on data line 2"]),
+        t / "ml", ratings="userId,movieId,rating\n1,1,\n2,2,3\n"))],
+        ["{t}/ml/ratings.csv: rating=(blank) on data line 2"]),
     "movielens_out_of_range": (lambda t: FED + ["--set", "ratings_path=" + str(_movielens(
         t / "ml", ratings="userId,movieId,rating\n1,1,7\n2,2,3\n"))], ["ratings must be half stars in [0.5, 5]"]),
     # PredNext: UCF101 frame folders and split files (forecasting/prednext/data.py)

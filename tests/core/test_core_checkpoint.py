@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from helpers import assert_trees_close
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from core import sharding
-from core.checkpoint import CheckpointMismatchError, Checkpointer
+from core.checkpoint import Checkpointer, CheckpointMismatchError
 from core.train import init_train_state
-from helpers import assert_trees_close
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -74,6 +74,7 @@ def _checkpoint_params(workdir: pathlib.Path, config):
     import jax
     import optax
     from flax import nnx
+
     from core.train import init_train_state
     model = example.MLP(config.features, config.hidden, rngs=nnx.Rngs(config.seed))
     _, params = nnx.split(model, nnx.Param)

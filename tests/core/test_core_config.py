@@ -128,7 +128,7 @@ def test_mesh_sizes_against_the_device_count_and_nan_values():
 def test_every_registered_preset_passes_the_common_range_checks():
     from core import registry
     for exp in registry.experiments().values():
-        for preset, config in exp.presets.items():
+        for config in exp.presets.values():
             config_lib.check_common_fields(config)  # a preset outside these ranges would be a bug
 
 

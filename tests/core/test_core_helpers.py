@@ -3,7 +3,6 @@
 import jax
 import numpy as np
 import pytest
-
 from helpers import CompileCounter, assert_trees_close
 
 

@@ -6,8 +6,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.results import (bootstrap_interval, censored, check, claim_problems, interval_claim, paired_claim,
-                          rate_claim, sample_sd, sign_test, t_interval, verdict, wilson_interval)
+from core.results import (
+    bootstrap_interval,
+    censored,
+    check,
+    claim_problems,
+    interval_claim,
+    paired_claim,
+    rate_claim,
+    sample_sd,
+    sign_test,
+    t_interval,
+    verdict,
+    wilson_interval,
+)
 
 
 def test_sample_sd_uses_ddof_one():

@@ -10,13 +10,13 @@ import pytest
 from core.datasets import (
     MNIST_TRAIN_LABEL_COUNTS,
     DatasetMissingError,
+    fetch_mnist_train,
     load_fashion_mnist,
     load_mnist_test,
     load_mnist_train,
     mnist_train_dir,
     read_idx,
 )
-from core.datasets import fetch_mnist_train
 from core.datasets.mnist import FASHION_MNIST_DIR
 
 

@@ -8,8 +8,16 @@ import pytest
 from helpers import CompileCounter
 
 from core.lm import model as model_lib
-from core.lm.generate import (SamplingConfig, append_tokens, continue_decoding, extend_cache, generate, pad_prompts,
-                              process_logits, sample_logits)
+from core.lm.generate import (
+    SamplingConfig,
+    append_tokens,
+    continue_decoding,
+    extend_cache,
+    generate,
+    pad_prompts,
+    process_logits,
+    sample_logits,
+)
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
 N = 5

@@ -5,13 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import CompileCounter
 
 from core.lm import model as model_lib
 from core.lm import weights as weights_lib
 from core.lm.configs import LMConfig
 from core.lm.hooks import Capture, Hooks, PatchHead, PatchHeadAt, Steer
 from core.lm.interp import head_patching_sweep
-from helpers import CompileCounter
 
 TOKENS = jnp.asarray([[3, 7, 11, 2, 9, 5], [1, 4, 4, 8, 30, 12]], jnp.int32)
 
@@ -172,7 +172,6 @@ def test_patch_head_at_equals_static_patch_head(tiny_lm):
 def test_head_patching_sweep_compiles_once_and_equals_static_patches(wide_lm):
     config, graphdef, params, apply = wide_lm
     L, H = config.num_layers, config.num_heads
-    rng = np.random.default_rng(0)
     B, T = 3, 7
     last = np.full((B, 1), T - 1, np.int32)
     where = np.zeros((B, T), bool)

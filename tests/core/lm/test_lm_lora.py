@@ -21,7 +21,7 @@ from core.lm import model as model_lib
 from core.lm import weights as weights_lib
 from core.lm.configs import LMConfig
 from core.lm.hooks import Capture, Hooks
-from core.lm.lora import LoraConfig, LoraInputs, LoraWeights, TARGETS, init_lora, load_peft, merge, save_peft, unmerge
+from core.lm.lora import TARGETS, LoraConfig, LoraInputs, LoraWeights, init_lora, load_peft, merge, save_peft, unmerge
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 META = json.loads((FIXTURES / "lora_peft.json").read_text())

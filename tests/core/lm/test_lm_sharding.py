@@ -19,8 +19,15 @@ from core.lm import losses
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
 from core.lm.generate import SamplingConfig, generate
-from core.lm.sharding import (DEFAULT_RULES, FSDP_RULES, constrain, logical_to_spec, shard_params,
-                              shard_train_state, train_state_shardings)
+from core.lm.sharding import (
+    DEFAULT_RULES,
+    FSDP_RULES,
+    constrain,
+    logical_to_spec,
+    shard_params,
+    shard_train_state,
+    train_state_shardings,
+)
 
 CONFIG = LMConfig(architecture="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=8, attention_bias=True, tie_word_embeddings=False)

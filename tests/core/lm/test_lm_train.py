@@ -7,9 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from core.lm import EXPERIMENT
+from core.lm import EXPERIMENT, losses
 from core.lm import data as lm_data
-from core.lm import losses
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig, TinyLMConfig
 

@@ -8,8 +8,16 @@ import jax
 import numpy as np
 import pytest
 
-from core.rl.advantages import (CONVENTIONS, broadcast_to_tokens, gae, group_advantages, masked_whiten,
-                                normalize_step_rewards, reward_to_go, token_rewards)
+from core.rl.advantages import (
+    CONVENTIONS,
+    broadcast_to_tokens,
+    gae,
+    group_advantages,
+    masked_whiten,
+    normalize_step_rewards,
+    reward_to_go,
+    token_rewards,
+)
 
 
 def jitted(fn, **static):
