@@ -182,7 +182,8 @@ class Bench:
         human = self.data["pretrain_human"]
         self.pre_sets = {"all": (self.data["pretrain"], len(self.data["pretrain"]["x"])),
                          "monkey_alpha0": (train.concat(human, monkey0), len(self.data["pretrain"]["x"])),
-                         "human": (train.concat(human, {k: np.zeros_like(v[:len(self.data["pretrain"]["x"]) - len(human["x"])])
+                         "human": (train.concat(human, {k: np.zeros_like(v[:len(self.data["pretrain"]["x"])
+                                                                           - len(human["x"])])
                                                         for k, v in human.items()}), len(human["x"]))}
 
     def _stratify_labelled(self, valid: int):
@@ -233,7 +234,8 @@ class Bench:
         return params, np.asarray(curve)
 
     def finetune(self, name, n, init_params):
-        """CTC fine-tuning on the first n labelled sentences, spread over the days (scratch when init_params is None)."""
+        """CTC fine-tuning on the first n labelled sentences, spread over the days (scratch when init_params is
+        None)."""
         t = self.cfg.train
         if self._finetune_fn is None:
             tx = train.make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
@@ -335,7 +337,6 @@ def main(argv=None):
                          f"{args.sessions * args.per_session - args.valid} (the validation sentences are held out)")
     b = Bench(args)
     raw = b.raw
-    rows, curves = [], {}
     results: dict = {}
     c2n = 200 if 200 in args.labelled else args.labelled[len(args.labelled) // 2]
 
@@ -440,9 +441,11 @@ def render(path: pathlib.Path):
             g = lambda k: fmt(st[k]) if k in st else "-"  # noqa: E731
             lines.append(f"| {init} | {n} | {g('per_greedy')} | {g('per_beam')} | {g('wer_cascade')} | "
                          f"{g('wer_greedy_lexicon')} | {g('imagined_per_greedy')} |")
-    for key, label in (("c2_human_only", "C2 human-only pretraining"), ("c2_monkey_alpha0", "C2 human + monkey alpha=0")):
+    for key, label in (("c2_human_only", "C2 human-only pretraining"),
+                       ("c2_monkey_alpha0", "C2 human + monkey alpha=0")):
         if key in su:
-            lines.append(f"| {label} | {sc['labelled'][len(sc['labelled']) // 2]} | {fmt(su[key]['per_greedy'])} | | | | |")
+            lines.append(f"| {label} | {sc['labelled'][len(sc['labelled']) // 2]} | "
+                         f"{fmt(su[key]['per_greedy'])} | | | | |")
     tuned = [r for r in rec["rows"] if r.get("experiment") == "C1" and "word_lm_weight" in r]
     if tuned:
         lines += ["", f"Cascade LM weight / word score, chosen per model on {sc.get('valid', '?')} validation "

@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from core.results import RESULTS_DIR, check, claim, paired_claim, write_results  # noqa: E402
-
 from interp.c2c.configs import presets  # noqa: E402
 from interp.c2c.train import CONDITIONS, run_world, with_seed  # noqa: E402
 

@@ -37,7 +37,8 @@ def chance_and_oracle(config, train_parts, test_parts) -> list[dict]:
     out = []
     for arm, preds in (("chance", [train_parts[i].program for i in pick]), ("oracle", [p.program for p in test_parts])):
         for level in range(len(corpus.LEVELS)):
-            scores = metrics.evaluate([p.program for p in test_parts], preds, [p.requirements[level] for p in test_parts],
+            scores = metrics.evaluate([p.program for p in test_parts], preds,
+                                      [p.requirements[level] for p in test_parts],
                                       chamfer_points=config.chamfer_points)
             out.append({"arm": arm, "level": level, "level_name": corpus.LEVELS[level], "seed": config.seed, **scores})
     return out
@@ -59,8 +60,9 @@ def make_claims(rows) -> list[dict]:
     def pc(id_, statement, ours, base, key, *, higher, levels=None, evidence=""):
         chance = per_seed(rows, "chance", key, levels)
         oracle = per_seed(rows, "oracle", key, levels)
-        return results.paired_claim(id_, statement, per_seed(rows, ours, key, levels), per_seed(rows, base, key, levels),
-                                    higher_is_better=higher, evidence=evidence, chance=chance, oracle=oracle)
+        return results.paired_claim(id_, statement, per_seed(rows, ours, key, levels),
+                                    per_seed(rows, base, key, levels), higher_is_better=higher, evidence=evidence,
+                                    chance=chance, oracle=oracle)
 
     claims = [
         pc("pta_lowers_invalid_ratio", "PTA (planner + actioner + requirement memory) has a lower invalid ratio than "
@@ -68,8 +70,9 @@ def make_claims(rows) -> list[dict]:
            higher=False),
         pc("pta_lowers_chamfer", "PTA has a lower median Chamfer distance (x1e3, valid outputs) than direct generation "
            "(mean over the four levels)", "pta", "direct", "chamfer_median", higher=False),
-        pc("pta_lowers_invalid_ratio_expert", "PTA has a lower invalid ratio than direct generation at the expert level",
-           "pta", "direct", "invalid_ratio", higher=False, levels=(EXPERT,)),
+        pc("pta_lowers_invalid_ratio_expert",
+           "PTA has a lower invalid ratio than direct generation at the expert level", "pta", "direct", "invalid_ratio",
+           higher=False, levels=(EXPERT,)),
         pc("pta_lowers_chamfer_expert", "PTA has a lower median Chamfer distance than direct generation at the expert "
            "level", "pta", "direct", "chamfer_median", higher=False, levels=(EXPERT,)),
         pc("ram_raises_requirement_satisfaction", "The requirement module raises requirement satisfaction (stated "
@@ -79,7 +82,8 @@ def make_claims(rows) -> list[dict]:
            "(levels 1-3)", "pta", "direct", "requirement_satisfaction", higher=True, levels=(1, 2, 3)),
     ]
     # "Most at the expert level": the Chamfer gain over direct at expert minus the gain at the abstract level.
-    gain = {lv: np.subtract(per_seed(rows, "direct", "chamfer_median", (lv,)), per_seed(rows, "pta", "chamfer_median", (lv,)))
+    gain = {lv: np.subtract(per_seed(rows, "direct", "chamfer_median", (lv,)),
+                            per_seed(rows, "pta", "chamfer_median", (lv,)))
             for lv in (0, EXPERT)}
     claims.append(results.interval_claim(
         "pta_gain_largest_at_expert", "PTA's Chamfer gain over direct generation is larger at the expert level than at "
@@ -157,11 +161,13 @@ def _save_rows(path: pathlib.Path, rows, wall: float, scale) -> None:
 def scale_of(args, base) -> dict:
     import resource
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_seconds_so_far": round(usage.ru_utime + usage.ru_stime, 1), "seeds": args.seeds, "n_train_parts": args.n_train, "n_test_parts": args.n_test,
+    return {"cpu_seconds_so_far": round(usage.ru_utime + usage.ru_stime, 1), "seeds": args.seeds,
+             "n_train_parts": args.n_train, "n_test_parts": args.n_test,
              "examples_per_part": len(corpus.LEVELS), "planner_steps": args.planner_steps,
              "actioner_steps": args.actioner_steps, "direct_steps": args.planner_steps + args.actioner_steps,
              "batch_size": args.batch_size, "seq_len": base.seq_len,
-             "model": {"hidden": base.model.hidden_size, "layers": base.model.num_layers, "heads": base.model.num_heads},
+             "model": {"hidden": base.model.hidden_size, "layers": base.model.num_layers,
+                       "heads": base.model.num_heads},
              "chamfer": f"{base.chamfer_points} surface points per shape, frame halved to the unit cube, x1e3"}
 
 

@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT))
 
 from core.config import fingerprint  # noqa: E402
 from core.results import check, load_results, paired_claim, write_results  # noqa: E402
-
 from interp.concept_vectors import pipeline  # noqa: E402
 from interp.concept_vectors.configs import CVConfig, presets  # noqa: E402
 from interp.concept_vectors.heads import jaccard  # noqa: E402
@@ -100,7 +99,8 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
 
     n_units = f"{len(seeds)} seeds x {len(arm('FV', 'cos_OE_MC')) // max(len(seeds), 1)} concepts"
     out = []
-    icl = float(np.mean([r["icl_acc_trained_OE"] for r in seeds])), float(np.mean([r["icl_acc_trained_MC"] for r in seeds]))
+    icl = (float(np.mean([r["icl_acc_trained_OE"] for r in seeds])),
+           float(np.mean([r["icl_acc_trained_MC"] for r in seeds])))
     out.append(check("icl_learned", "the trained decoder does the 5-shot task on its trained cells (a precondition)",
                      icl[0] > 0.5 and icl[1] > 0.5,
                      f"5-shot accuracy OE {icl[0]:.2f}, MC {icl[1]:.2f} on trained cells (chance MC 0.25); held-out "
@@ -126,7 +126,8 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
         "heads_distinct", f"FV and CV head sets overlap little (Jaccard below {DISTINCT})", jac,
         [DISTINCT] * len(jac), higher_is_better=False,
         chance=float(np.mean([r["jaccard_fv_random"] for r in seeds])),
-        evidence=f"top-k FV vs CV heads per seed: {[r['fv_heads'] for r in seeds]} vs {[r['cv_heads'] for r in seeds]}"))
+        evidence=f"top-k FV vs CV heads per seed: {[r['fv_heads'] for r in seeds]} vs "
+                 f"{[r['cv_heads'] for r in seeds]}"))
     tv_cv = [tv(r["layer_hist_fv"], r["layer_hist_cv"]) for r in sorted(seeds, key=lambda r: r["seed"])]
     tv_rand = [tv(r["layer_hist_fv"], r["layer_hist_random"]) for r in sorted(seeds, key=lambda r: r["seed"])]
     out.append(paired_claim(

@@ -27,9 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.lm.configs import LMConfig  # noqa: E402
-from core.results import (RESULTS_DIR, check, claim, claim_problems, rate_claim, verdict,  # noqa: E402
-                          wilson_interval, write_results)
-
+from core.results import RESULTS_DIR, check, claim, claim_problems, rate_claim, verdict, wilson_interval, write_results  # noqa: E402
 from rl_tools.counterfactuals import export, generate  # noqa: E402
 from rl_tools.counterfactuals.configs import VOCAB, CFConfig  # noqa: E402
 from rl_tools.counterfactuals.train import run  # noqa: E402
@@ -138,7 +136,8 @@ def make_claims(rows, chance: dict, generator: dict) -> list[dict]:
               f"(IV - CF exact match > {MIN_GAP:.2f}, 95% interval)", g[3],
               f"if_else: IV EM {ind['iv_em']:.3f} vs CF EM {ind['cf_em']:.3f}, gap {g[0]:.3f} [{g[1]:.3f}, "
               f"{g[2]:.3f}] vs {MIN_GAP:.2f}; chance = CF EM of a random-latent guess {{f(x1; r)}} "
-              f"({c_ind.get('counterfactual', float('nan')):.3f}; IV chance {c_ind.get('interventional', float('nan')):.3f}), "
+              f"({c_ind.get('counterfactual', float('nan')):.3f}; "
+              f"IV chance {c_ind.get('interventional', float('nan')):.3f}), "
               f"oracle = the enumerating verifier (1.0); {reading}{SEED_NOTE}",
               n=int(ind["n"]), effect=float(g[0]), interval=[float(g[1]), float(g[2])],
               test=f"Newcombe interval of the EM difference vs {MIN_GAP:g}",
@@ -250,7 +249,8 @@ def main() -> None:
     claims = make_claims(rows, chance, {"seconds": gen_seconds, **gen_info})
     scale = {"description": (f"decoder L={args.layers}, d={args.width} ({metrics['params']} parameters), "
                              f"{args.steps} steps x 32 packed rows of 128 tokens, {args.n_train} if_else training "
-                             f"items (factual + interventional), {args.n_eval} items per evaluation split, difficulty levels "
+                             f"items (factual + interventional), {args.n_eval} items per evaluation split, "
+                             "difficulty levels "
                              f"1..{args.max_level}, {'execution traces' if args.trace else 'answers only'}; the paper "
                              "evaluates frontier LLMs"),
              "steps": args.steps, "width": args.width, "layers": args.layers, "n_train": args.n_train,

@@ -35,7 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from core import plots  # noqa: E402
 from core.datasets import DatasetMissingError  # noqa: E402
-from core.results import claim, recompute_claims, interval_claim, paired_claim, verdict, write_results  # noqa: E402
+from core.results import claim, interval_claim, paired_claim, recompute_claims, verdict, write_results  # noqa: E402
 from optimization.deduce import Config, DataConfig, TrainConfig, aggregate, run_stream  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -293,12 +293,14 @@ def main(argv=None):
     def finish():
         claims = make_claims(rows, args.mnist)
         wall = time.time() - t0
+        fmnist_sub = (f" with training subsampled to {scale['fmnist_per_task']:d} images per task"
+                      if scale["fmnist_per_task"] else "")
         note = (f"{scale['seeds']} seeds, {scale['epochs']} epoch(s) per task, batch 10, MLP 784-100-100-10; "
                 + ("Split MNIST = the standard split (60k MNIST training set from `make benchmark-data` for "
                    "training, the 10k test set for testing), " if args.mnist == "standard" else
                    "Split MNIST = the shipped 10k MNIST test set carved 80/20 per class (8k train), ")
                 + "buffer 500 (all arms) and 200 (main arms); "
-                f"Split Fashion-MNIST (60k/10k){' with training subsampled to %d images per task' % scale['fmnist_per_task'] if scale['fmnist_per_task'] else ''}"
+                f"Split Fashion-MNIST (60k/10k){fmnist_sub}"
                 f", buffer 500; Permuted MNIST {scale['perm_tasks']} tasks x {scale['perm_per_task']} training images "
                 f"({'from the 60k training set' if args.mnist == 'standard' else 'from the 8k carve'}), "
                 f"buffer 500; sweep delta {list(scale['deltas'])} x epsilon {list(scale['epsilons'])} on a validation "
@@ -314,9 +316,11 @@ def main(argv=None):
         table = render_table(record)
         update_readme(table, name=args.out)
         if args.out == "deduce":
-            main_rows = [r for r in rows if r["phase"] == "main" and r["dataset"] == "split_mnist" and r["buffer"] == 500]
+            main_rows = [r for r in rows
+                         if r["phase"] == "main" and r["dataset"] == "split_mnist" and r["buffer"] == 500]
             if main_rows:
-                plots.bar_plot(RESULTS / "deduce_split_mnist_buf500.png", {r["arm"]: r["class_avg_acc"] for r in main_rows},
+                plots.bar_plot(RESULTS / "deduce_split_mnist_buf500.png",
+                               {r["arm"]: r["class_avg_acc"] for r in main_rows},
                                errors={r["arm"]: r["class_avg_acc_std"] for r in main_rows},
                                title="Split MNIST class-IL, buffer 500 (5 seeds)", ylabel="average accuracy %")
         return table, path

@@ -5,8 +5,8 @@
 
 Arms: camera vs semantic conditioning on imbalanced and balanced data (the 2x2 grid) and semantic + ViCiCo on
 balanced data, trained together (vmapped, one compiled program, the same initialisation within a seed); each seed
-trains all arms once and claims are paired over seeds (95% t-intervals of the differences). Writes benchmarks/results/headgan.json,
-headgan_fd_random.png, headgan_rotation_<arm>.png (first seed) and the README table.
+trains all arms once and claims are paired over seeds (95% t-intervals of the differences). Writes
+benchmarks/results/headgan.json, headgan_fd_random.png, headgan_rotation_<arm>.png (first seed) and the README table.
 """
 
 from __future__ import annotations
@@ -173,7 +173,8 @@ def main(argv=None):
         if args.name == "headgan":
             render(path)
         for c in rec["claims"]:
-            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"], c["interval"])
+            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"],
+                  c["interval"])
         return
     t0 = time.time()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -224,8 +225,6 @@ def main(argv=None):
     plots.insert(0, f"{args.name}_fd_random.png")
     rows = [{"arm": a, "seed": s, **results[s]["final"][a], "fd_random_curve": results[s]["history"]["fd_random"][a],
              "images_seen": seen} for s in seeds for a in arms]
-    final = {a: {k: float(np.mean([results[s]["final"][a][k] for s in seeds])) for k in results[seeds[0]]["final"][a]
-                 if np.isscalar(results[seeds[0]]["final"][a][k])} for a in arms}
     claims = claims_from_rows(rows)
     res = first
     m = cfg.model
@@ -268,7 +267,8 @@ def render(path: pathlib.Path):
         m = {k: float(np.mean([r[k] for r in rs])) for k in rs[0] if isinstance(rs[0][k], (int, float))}
         per = " / ".join(f"{r['fd_random']:.3f}" for r in rs)
         lines.append(f"| {a} | {m['fd_random']:.3f} ({per}) | {m['fd_front_std']:.3f} | {m['fd_front']:.3f} / "
-                     f"{m['fd_side']:.3f} / {m['fd_back']:.3f} | {m.get('back_front_excess_gap', m['back_front_gap']):.3f} | "
+                     f"{m['fd_side']:.3f} / {m['fd_back']:.3f} | "
+                     f"{m.get('back_front_excess_gap', m['back_front_gap']):.3f} | "
                      f"{m['diversity_back']:.3f} (real {m['real_diversity_back']:.3f}) | {m['xview_spread']:.3f} "
                      f"(real {m['real_xview_spread']:.3f}) |")
     if "real_fd_front" in rs[0]:

@@ -119,7 +119,8 @@ def train_step_rows(reps: int):
     with the compiled kernel, at the ETT batch (16 x 7 channels) and a Traffic-sized one (16 x 862)."""
     from flax import nnx
 
-    from forecasting.phaseformer import configs, train as train_lib
+    from forecasting.phaseformer import configs
+    from forecasting.phaseformer import train as train_lib
 
     rows = []
     for channels in (7, 862):

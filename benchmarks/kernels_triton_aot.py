@@ -136,7 +136,8 @@ def make_claims(rows):
     worst = max(ok, key=lambda r: r["compile_s"], default=None)
     claims = [claim(
         "routing_kernel_compiles_for_sm90", f"every routing-kernel variant ({len(ROUTING_CONFIGS)} configurations x "
-        f"{len(ROUTING_VARIANTS)} blocks, forward and backward) compiles for sm_90a, each in under 30 s on this CPU", bool(routing) and len(ok) == len(routing),
+        f"{len(ROUTING_VARIANTS)} blocks, forward and backward) compiles for sm_90a, each in under 30 s on this CPU",
+        bool(routing) and len(ok) == len(routing),
         f"{len(ok)}/{len(routing)} compiled within 30 s"
         + (f"; slowest: D {worst['latent_dim']} h {worst['heads']} block {worst['block_n']}/{worst['num_warps']} "
            + fmt(worst) if worst else "")

@@ -27,7 +27,8 @@ FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "tests" / "core" / "lm" 
 CHATML_TOOLS = """\
 {%- if tools %}
 {{- '<|im_start|>system\\n' }}
-{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- else %}{{- 'You are a helpful assistant.\\n\\n' }}{%- endif %}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}\
+{%- else %}{{- 'You are a helpful assistant.\\n\\n' }}{%- endif %}
 {{- '# Tools\\n\\nYou may call one or more functions. Their signatures are inside <tools></tools>:\\n<tools>' }}
 {%- for tool in tools %}
 {{- '\\n' }}{{- tool | tojson }}
@@ -92,7 +93,8 @@ LLAMA3_HEADERS = """\
         {{- '<|eot_id|>' }}
     {%- elif 'tool_calls' in message %}
         {%- if not message.tool_calls | length == 1 %}
-            {{- raise_exception('This template supports one tool call per message, got ' ~ message.tool_calls | length) }}
+            {{- raise_exception('This template supports one tool call per message, got ' ~ \
+message.tool_calls | length) }}
         {%- endif %}
         {%- set tool_call = message.tool_calls[0].function %}
         {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
@@ -100,7 +102,8 @@ LLAMA3_HEADERS = """\
         {{- tool_call.arguments | tojson }}
         {{- '}<|eot_id|>' }}
     {%- else %}
-        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + \
+'<|eot_id|>' }}
     {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
@@ -120,7 +123,8 @@ STRICT_ROLES = """\
 {{ bos_token }}
 {% for message in loop_messages %}
     {% if message['role'] not in ['user', 'assistant'] %}
-        {{ raise_exception('Only user and assistant roles are supported after an optional system message, got ' + message['role']) }}
+        {{ raise_exception('Only user and assistant roles are supported after an optional system message, got ' + \
+message['role']) }}
     {% endif %}
     {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
         {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
@@ -168,7 +172,8 @@ NAMESPACE_LOOP = """\
 {%- generation %}{{ content }}
 {%- if message.tool_calls %}
 {%- for call in message.tool_calls %}
-<call>{{ {'name': call.function.name, 'arguments': call.function.arguments} | tojson(sort_keys=true) }}</call>{% if not loop.last %},{% endif %}
+<call>{{ {'name': call.function.name, 'arguments': call.function.arguments} | tojson(sort_keys=true) }}</call>\
+{% if not loop.last %},{% endif %}
 {%- endfor %}
 {%- endif %}{{ eos_token }}{% endgeneration %}
     {%- elif message.role == 'tool' %}
@@ -316,8 +321,8 @@ def saved_folders() -> dict:
 
 
 def main() -> None:
-    import transformers
     import jinja2
+    import transformers
 
     fixture = {"generated_by": "benchmarks/lm_chat_fixture.py", "transformers": transformers.__version__,
                "jinja2": jinja2.__version__, **render_all(), "folders": saved_folders()}

@@ -26,10 +26,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from phaseformer_ett import PAPER  # noqa: E402
+
 from core.results import RESULTS_DIR, claim, interval_claim, sample_sd, t_interval, write_results  # noqa: E402
 from forecasting import data as data_lib  # noqa: E402
 from forecasting.phaseformer import configs, train  # noqa: E402
-from phaseformer_ett import PAPER  # noqa: E402
 
 DROP_LAST_BATCHES = (32, 128, 256)
 
@@ -44,7 +45,8 @@ def _relative(rows: list[dict], model: str, variant: str, key: str = "mse") -> l
     return [r[key] / r["published_mse"] - 1 for r in rs]
 
 
-def within_claim(id_: str, statement: str, values: list[float], tolerance: float = TOLERANCE, evidence: str = "") -> dict:
+def within_claim(id_: str, statement: str, values: list[float], tolerance: float = TOLERANCE,
+                 evidence: str = "") -> dict:
     """An equivalence claim: held when the 95% t-interval of the per-seed relative error lies inside
     [-tolerance, +tolerance], not held when it lies wholly outside, inconclusive otherwise."""
     lo, hi = t_interval(values)
@@ -128,6 +130,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.claims_from_rows:
         import json
+
         from core.results import git_commit
         path = RESULTS_DIR / "phaseformer_baseline_check.json"
         rec = json.loads(path.read_text())
@@ -135,7 +138,8 @@ def main(argv=None):
         rec["claims_recomputed"] = f"{git_commit()[:7]} (from the stored rows)"
         path.write_text(json.dumps(rec, indent=2) + "\n")
         for c in rec["claims"]:
-            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"], c["interval"])
+            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"],
+                  c["interval"])
         return
     t0 = time.time()
     seeds = [int(s) for s in args.seeds.split(",")]

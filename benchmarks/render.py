@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core.results import claim_problems  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ROOT / "benchmarks" / "methods.toml"
 STATUSES = ("complete", "partial", "not started")

@@ -182,6 +182,7 @@ def worker_trl(folder: str, warmup: int, steps: int, workdir: str) -> dict:
     import torch
     import transformers
     import trl
+
     from core.rl.toy import SymbolTokenizer
 
     torch.set_num_threads(TORCH_THREADS)

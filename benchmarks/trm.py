@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from core.results import check, claim, git_commit, paired_claim, t_interval, write_results  # noqa: E402
+from core.results import check, claim, paired_claim, t_interval, write_results  # noqa: E402
 
 ALPHAS = (0.2, 1.0)
 MAIN_ALPHA = 0.2
@@ -98,8 +98,10 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
             held if (group_moves or not turn_still) else None,
             f"drift in held-out calls per question after RL: group-level {np.mean([dg[s] for s in seeds]):+.3f} "
             f"[{lo_g:+.3f}, {hi_g:+.3f}], turn-level {np.mean([dt[s] for s in seeds]):+.3f} [{lo_t:+.3f}, {hi_t:+.3f}] "
-            f"(t-intervals over {len(seeds)} seeds); BC start {np.mean([start[s]['calls_per_question'] for s in seeds]):.3f} "
-            "calls per question; the oracle plan needs 1-5", n=len(seeds), effect=float(np.mean([dg[s] for s in seeds])),
+            f"(t-intervals over {len(seeds)} seeds); BC start "
+            f"{np.mean([start[s]['calls_per_question'] for s in seeds]):.3f} "
+            "calls per question; the oracle plan needs 1-5", n=len(seeds),
+            effect=float(np.mean([dg[s] for s in seeds])),
             interval=[lo_g, hi_g], turn_interval=[lo_t, hi_t], test="t-intervals of the drift vs 0"))
     c, _ = _paired(rows, "group_level_drifts_more_than_turn_level",
                    "the absolute drift in calls per question is larger under group-level than turn-level "
@@ -237,13 +239,15 @@ def main() -> None:
     sweep_seeds = ",".join(str(x) for x in sorted({r["seed"] for r in rows if r["run"].startswith("auc_sweep")}))
     path = write_results("trm", rows=rows, claims=claims, wall_seconds=time.perf_counter() - t0 if not
                          args.collect_only else compute, run_seconds_total=compute,
-                         command=("nice -n 10 .venv/bin/python benchmarks/trm.py --seeds S --sweep-seeds '' for S in 0, 1, 2 "
+                         command=("nice -n 10 .venv/bin/python benchmarks/trm.py --seeds S --sweep-seeds '' "
+                                  "for S in 0, 1, 2 "
                                   "and --seeds '' --sweep-seeds 0, as four parallel processes; then --collect-only"
                                   if args.collect_only else
                                   "nice -n 10 .venv/bin/python benchmarks/trm.py " + " ".join(sys.argv[1:])),
                          scale=f"ToolWorld (32 entities, values 0-49), 2-layer width-64 decoder, seeds {seeds}, "
                                f"32 RL steps x 16 prompts x G=8 per run, AUC sweep seeds {sweep_seeds}; 2-core "
-                               "CPU shared with about six other jobs (load 15-26); seeds and the sweep ran as parallel processes; "
+                               "CPU shared with about six other jobs (load 15-26); seeds and the sweep ran as parallel "
+                               "processes; "
                                "run_seconds_total sums each row's own wall time")
     render_readme()
     print(f"wrote {path}")
