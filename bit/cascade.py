@@ -57,8 +57,15 @@ class WordDecoder:
     def __init__(self, lexicon: Lexicon, arpa: str | pathlib.Path, *, beam: int = 50, lm_weight: float = 1.0,
                  word_score: float = 0.0, sil_score: float = 0.0, beam_threshold: float = 25.0):
         import kenlm
-        from flashlight.lib.text.decoder import (CriterionType, LexiconDecoder, LexiconDecoderOptions, LM,
-                                                 LMState, SmearingMode, Trie)
+        from flashlight.lib.text.decoder import (
+            LM,
+            CriterionType,
+            LexiconDecoder,
+            LexiconDecoderOptions,
+            LMState,
+            SmearingMode,
+            Trie,
+        )
 
         self.lexicon = lexicon
         self.kenlm = kenlm.Model(str(arpa))

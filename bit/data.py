@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from bit import phonemes
-
 from core.config import BadInputError
 
 AREA_6V = slice(0, 128)

@@ -68,7 +68,8 @@ _ADJS = ("", "", "", "", "", "", "big", "small", "old", "new", "good", "warm", "
 _NOUNS = ("water", "book", "car", "door", "window", "phone", "dinner", "coffee", "letter", "music", "movie",
           "garden", "house", "chair", "table", "bed", "game", "picture", "dog", "cat", "bag", "shirt", "paper",
           "radio", "light", "food", "bread", "soup", "song", "ticket", "computer", "blanket", "glass", "key")
-_PLACES = ("", "", "", "", "", "", "", "", "", "", "", "", "at home", "in the kitchen", "at the store", "after lunch", "in the morning", "today",
+_PLACES = ("", "", "", "", "", "", "", "", "", "", "", "", "at home", "in the kitchen", "at the store", "after lunch",
+           "in the morning", "today",
            "tonight", "tomorrow", "on the table", "in the room", "at work", "this week", "right now", "outside",
            "with me", "for you", "again", "later")
 

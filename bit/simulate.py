@@ -25,7 +25,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from bit import phonemes
-
 from core.config import BadInputError
 
 SCHEDULE_CSV = pathlib.Path(__file__).resolve().parent / "data" / "t15_copyTaskData_description.csv"

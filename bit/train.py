@@ -6,7 +6,6 @@ vmapped over seeds by the benchmark.
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import time
 from collections.abc import Callable, Mapping
@@ -18,8 +17,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from bit import phonemes, simulate
 from bit import data as data_lib
+from bit import phonemes, simulate
 from bit.configs import Config
 from bit.losses import make_ctc_loss, make_pretrain_loss
 from bit.model import Encoder
@@ -222,7 +221,8 @@ def evaluate(config: Config, logprobs: np.ndarray, frames: np.ndarray, arrays: M
     greedy = [metrics.greedy_ids(logprobs[i], frames[i]) for i in range(n)]
     out: dict[str, Any] = {"per_greedy": metrics.per(refs, greedy)}
     t0 = time.perf_counter()
-    pre, plen, _ = beam_search(jnp.asarray(logprobs), jnp.asarray(frames), None if table is None else jnp.asarray(table),
+    pre, plen, _ = beam_search(jnp.asarray(logprobs), jnp.asarray(frames),
+                               None if table is None else jnp.asarray(table),
                                beam=dc.beam, lm_weight=dc.phone_lm_weight if table is not None else 0.0,
                                length_bonus=dc.length_bonus if table is not None else 0.0, max_len=64,
                                use_pallas=dc.use_pallas)
@@ -253,9 +253,9 @@ def make_word_decoder(config: Config, lm_text: list[str], workdir: str | pathlib
 
 def run(config: Config, workdir: pathlib.Path) -> dict[str, Any]:
     """`iclr26 run bit`: simulate, pretrain (span-masked Poisson NLL), fine-tune (CTC), decode the test set."""
+    from bit.decode import phone_lm_table
     from core.data import ArrayLoader
     from core.plots import line_plot
-    from bit.decode import phone_lm_table
 
     workdir = pathlib.Path(workdir)
     t_start = time.time()

@@ -1,1 +1,4 @@
-"""Time-series forecasting and spiking video models. Papers: 10 PhaseFormer; 11 PredNext: self-supervised spiking networks."""
+"""Time-series forecasting and spiking video models.
+
+Papers: 10 PhaseFormer; 11 PredNext: self-supervised spiking networks.
+"""

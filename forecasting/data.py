@@ -163,7 +163,8 @@ def read_csv(path: str | pathlib.Path, *, columns: Sequence[str] | None = None,
     if len(nonfinite):
         line, col = nonfinite[0]
         raise BadInputError(f"{path}: {len(nonfinite)} missing or non-finite values, the first "
-                            f"{rows[line][1 + index[col]]!r} in column {variables[index[col]]!r} on data line {line + 2}; "
+                            f"{rows[line][1 + index[col]]!r} in column {variables[index[col]]!r} "
+                            f"on data line {line + 2}; "
                             "expected finite numbers (fill or drop the gaps first)")
     return tuple(variables[j] for j in index), values
 

@@ -72,7 +72,8 @@ class Config:
     loss: Literal["huber", "mse"] = "huber"
     huber_delta: float = 1.0
     lr: float = 1e-3
-    lr_schedule: Literal["constant", "type1", "type3"] = "constant"  # TSL names: type1 halves per epoch, type3 x0.8 after 3
+    # TSL names: type1 halves per epoch, type3 x0.8 after 3
+    lr_schedule: Literal["constant", "type1", "type3"] = "constant"
     batch_size: int = 16              # the released scripts' batch size (16 on every ETT dataset)
     eval_batch_size: int = 512
     epochs: int = 30

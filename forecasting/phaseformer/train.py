@@ -32,12 +32,12 @@ from flax import nnx
 from core import plots
 from core import sharding as sharding_lib
 from core.checkpoint import Checkpointer
+from core.config import BadInputError
 from core.train import check_finite, progress, write_metrics
 from forecasting import data as data_lib
-from forecasting.phaseformer import losses, model as model_lib
+from forecasting.phaseformer import losses
+from forecasting.phaseformer import model as model_lib
 from forecasting.phaseformer.configs import Config
-
-from core.config import BadInputError
 
 
 def build_model(config: Config, key: jax.Array) -> nnx.Module:

@@ -127,7 +127,8 @@ def generate(config: VideoConfig, n: int, key: jax.Array) -> dict[str, np.ndarra
     videos = jax.lax.map(lambda a: render_video(*a), (idx, motion, center0, angle0, size0), batch_size=64)
     video = np.asarray(jnp.clip(jnp.round(videos * 255.0), 0, 255).astype(jnp.uint8))
     return {"video": video, "motion": np.asarray(motion, np.int32), "digit": digits[np.asarray(idx)],
-            "sprite": np.asarray(idx, np.int32), "center0": np.asarray(center0), "angle0": np.asarray(angle0), "size0": np.asarray(size0)}
+            "sprite": np.asarray(idx, np.int32), "center0": np.asarray(center0), "angle0": np.asarray(angle0),
+            "size0": np.asarray(size0)}
 
 
 def make_datasets(config: VideoConfig) -> dict[str, dict[str, np.ndarray]]:

@@ -162,8 +162,9 @@ def _shape_key(config: Config) -> Config:
 def programs(config: Config):
     """(graphdef, init_fn, tx, step, extract, calibrate), compiled once per model/loss shape and reused by
     every run: step(state, batch, switches) -> (state, metrics); extract(params, stats, clips) -> (f, z)
-    (N, T, .) in eval mode; calibrate(params, stats, clips) -> stats after one train-mode forward pass. Runs are executed one after another (vmapping runs turns every conv into a grouped conv,
-    which XLA:CPU runs slower), and the variant switches are traced, so all variants share the program."""
+    (N, T, .) in eval mode; calibrate(params, stats, clips) -> stats after one train-mode forward pass. Runs are
+    executed one after another (vmapping runs turns every conv into a grouped conv, which XLA:CPU runs slower),
+    and the variant switches are traced, so all variants share the program."""
     graphdef, init = make_model(config)
     tx = make_optimizer(config)
     options = compiler_options(config)

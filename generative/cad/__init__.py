@@ -4,7 +4,6 @@ procedural corpus with plans and four instruction levels, the metrics, and PTA-l
 See README.md."""
 
 from core.registry import Experiment
-
 from generative.cad.configs import CADConfig, presets
 
 

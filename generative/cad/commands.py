@@ -248,7 +248,8 @@ def from_vector(vec: np.ndarray) -> Program:
             plane = Plane(dequantize_angle(int(a[5])), dequantize_angle(int(a[6])), dequantize_angle(int(a[7])),
                           (dequantize_length(int(a[8])), dequantize_length(int(a[9])), dequantize_length(int(a[10]))))
             program.append(Extrusion(tuple(tuple(lp) for lp in loops), plane, dequantize_length(int(a[12])),
-                                     dequantize_length(int(a[13])), int(a[14]), int(a[15]), dequantize_scale(int(a[11]))))
+                                     dequantize_length(int(a[13])), int(a[14]), int(a[15]),
+                                     dequantize_scale(int(a[11]))))
             loops = []
         else:  # EOS
             if loops:

@@ -7,8 +7,8 @@ the FLOPs).
 
 Presets (2 shared CPU cores):
 - `tiny`: `iclr26 run cad --preset tiny` (~1 min): smoke test, numbers meaningless.
-- `demo`: `iclr26 run cad --preset demo` (3 min 43 s measured; one seed of the benchmark): d = 64, 2 layers, 3,000 parts, 80 planner
-  and 450 actioner steps at batch 8; renders and per-level metrics of every arm.
+- `demo`: `iclr26 run cad --preset demo` (3 min 43 s measured; one seed of the benchmark): d = 64, 2 layers,
+  3,000 parts, 80 planner and 450 actioner steps at batch 8; renders and per-level metrics of every arm.
 - `paper`: the notes' PTA-lite scale (50k parts, d = 128, 4 layers; hours on a CPU, untested here).
 """
 
@@ -18,7 +18,6 @@ import dataclasses
 
 from core.config import check
 from core.lm.configs import LMConfig
-
 from generative.cad.tokens import VOCAB
 
 ARMS = ("direct", "pta", "pta_no_ram", "pta_gold_plan")

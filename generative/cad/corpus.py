@@ -22,8 +22,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from generative.cad.commands import (CUT, JOIN, NEW, ONE_SIDE, SYMMETRIC, XY, XZ, Arc, Circle, Extrusion, Line,
-                                     Plane, Program)
+from generative.cad.commands import (
+    CUT,
+    JOIN,
+    NEW,
+    ONE_SIDE,
+    SYMMETRIC,
+    XY,
+    XZ,
+    Arc,
+    Circle,
+    Extrusion,
+    Line,
+    Plane,
+    Program,
+)
 
 LEVELS = ("abstract", "beginner", "intermediate", "expert")
 MM = 1.0 / 128.0

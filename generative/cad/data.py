@@ -97,7 +97,8 @@ def tagger_arrays(parts: Sequence[Part], length: int, *, levels: Sequence[int] =
     """ids (N, length), labels (N, length), mask (N, length) for the tagger."""
     rows = [(tokens.encode(text_words(p, lv)), tag_labels(p, lv)) for p in parts for lv in levels]
     n = len(rows)
-    ids, labels, mask = np.zeros((n, length), np.int32), np.zeros((n, length), np.int32), np.zeros((n, length), np.float32)
+    ids, labels, mask = (np.zeros((n, length), np.int32), np.zeros((n, length), np.int32),
+                         np.zeros((n, length), np.float32))
     for i, (w, t) in enumerate(rows):
         if len(w) > length:
             raise ValueError(f"instruction of {len(w)} words: expected at most tagger length {length}")

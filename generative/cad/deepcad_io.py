@@ -20,8 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from generative.cad.commands import (BOOLEANS, EXTENTS, SYMMETRIC, Arc, CADError, Circle, Extrusion, Line, Plane,
-                                     Program, from_vector)
+from generative.cad.commands import (
+    BOOLEANS,
+    EXTENTS,
+    SYMMETRIC,
+    Arc,
+    CADError,
+    Circle,
+    Extrusion,
+    Line,
+    Plane,
+    Program,
+    from_vector,
+)
 
 NORMALIZATION = 0.75
 _OPS = {f"{b}FeatureOperation": i for i, b in enumerate(BOOLEANS)}

@@ -16,8 +16,22 @@ import pathlib
 
 import numpy as np
 
-from generative.cad.commands import (ARC, CADError, CUT, INTERSECT, JOIN, NEW, ONE_SIDE, SYMMETRIC, TWO_SIDES, Arc,
-                                     Circle, Extrusion, Line, Program)
+from generative.cad.commands import (
+    ARC,
+    CUT,
+    INTERSECT,
+    JOIN,
+    NEW,
+    ONE_SIDE,
+    SYMMETRIC,
+    TWO_SIDES,
+    Arc,
+    CADError,
+    Circle,
+    Extrusion,
+    Line,
+    Program,
+)
 
 SEGMENTS_PER_TURN = 64  # arc / circle discretisation
 EPS = 1e-9
@@ -178,7 +192,7 @@ def _trimesh(m):
                            process=True)
 
 
-def execute(program: Program) -> "trimesh.Trimesh":  # noqa: F821
+def execute(program: Program) -> trimesh.Trimesh:  # noqa: F821
     """The solid of a program; CADError when any step is invalid or the result is empty / not watertight."""
     _need_geometry()
     if not program:

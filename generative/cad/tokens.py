@@ -13,8 +13,21 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from generative.cad import corpus
-from generative.cad.commands import ARG_MASK, ARC, CIRCLE, EOS, EXT, LINE, N_ARGS, PAD, SOL, CADError, Program, \
-    from_vector, to_vector
+from generative.cad.commands import (
+    ARC,
+    ARG_MASK,
+    CIRCLE,
+    EOS,
+    EXT,
+    LINE,
+    N_ARGS,
+    PAD,
+    SOL,
+    CADError,
+    Program,
+    from_vector,
+    to_vector,
+)
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>", "<plan>", "<req>", "<text>", "<cmd>")
 CMD_WORDS = {SOL: "SOL", LINE: "L", ARC: "A", CIRCLE: "R", EXT: "EXT"}

@@ -28,7 +28,6 @@ from core.lm import data as lm_data
 from core.lm import losses
 from core.lm import model as model_lib
 from core.lm.generate import SamplingConfig, generate, pad_prompts
-
 from generative.cad import corpus, data, executor, metrics, model, render, tokens
 from generative.cad.commands import CADError
 from generative.cad.configs import CADConfig
@@ -229,8 +228,7 @@ def run(config: CADConfig, workdir: pathlib.Path | str, *, progress_bar: bool = 
     out = {**summary(rows), "generate_seconds": t_gen, "train_seconds": t_train,
            "tagger_final_loss": models.get("tagger_final_loss", float("nan")),
            "wall_seconds": time.time() - t0,
-           "params": int(sum(np.size(x) for x in jax.tree.leaves(models[next(k for k in ("direct", "actioner", "planner",
-                                                                                         "actioner_no_ram")
-                                                                          if k in models)][1])))}
+           "params": int(sum(np.size(x) for x in jax.tree.leaves(
+               models[next(k for k in ("direct", "actioner", "planner", "actioner_no_ram") if k in models)][1])))}
     train_lib.write_metrics(workdir, out)
     return out

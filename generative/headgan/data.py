@@ -20,11 +20,11 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.config import BadInputError
+
 from .configs import DataConfig, EncoderConfig
 from .model import Encoder
 from .render import NUM_PARAMS, chunked, render_batch
-
-from core.config import BadInputError
 
 
 def sample_yaws(key: jax.Array, n: int, regime: str, cfg: DataConfig) -> jax.Array:

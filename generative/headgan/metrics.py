@@ -170,7 +170,8 @@ class Evaluator:
             out[f"real_diversity_{b}"] = self.ref_div[b]
             out[f"real_fd_{b}"] = self.real_fd[b]
         out["back_front_gap"] = out["fd_back"] - out["fd_front"]
-        out["back_front_excess_gap"] = (out["fd_back"] - self.real_fd["back"]) - (out["fd_front"] - self.real_fd["front"])
+        out["back_front_excess_gap"] = ((out["fd_back"] - self.real_fd["back"])
+                                        - (out["fd_front"] - self.real_fd["front"]))
         heads = 32
         kz, kc = jax.random.split(jax.random.fold_in(key, 9))
         z = jnp.repeat(jax.random.normal(kz, (heads, self.config.model.z_dim)), 8, 0)

@@ -27,8 +27,8 @@ from core.train import progress as progress_bar  # `progress` is this module's f
 from . import losses as L
 from .configs import MODES, REGIMES, Config, parse_arm
 from .data import prepare, to_float
-from .render import chunked
 from .model import CAM_DIM, Discriminator, Generator, camera_code
+from .render import chunked
 
 SWITCHES = ("g_cam", "g_sem", "d_cam", "d_sem", "gpc", "vicico")
 
@@ -48,7 +48,8 @@ def make_models(config: Config):
 
     def build(key):
         rngs_g, rngs_d = nnx.Rngs(params=jax.random.fold_in(key, 0)), nnx.Rngs(params=jax.random.fold_in(key, 1))
-        return Generator(config.model, cond_dim, res, rngs=rngs_g), Discriminator(config.model, cond_dim, res, rngs=rngs_d)
+        return (Generator(config.model, cond_dim, res, rngs=rngs_g),
+                Discriminator(config.model, cond_dim, res, rngs=rngs_d))
 
     g, d = nnx.eval_shape(lambda: build(jax.random.key(0)))
     graphdefs = {"g": nnx.split(g, nnx.Param)[0], "d": nnx.split(d, nnx.Param)[0]}

@@ -2,7 +2,6 @@
 receiver layer projects the sharer's KV cache into the receiver's, gated per layer. See README.md."""
 
 from core.registry import Experiment
-
 from interp.c2c.configs import C2CConfig, FuserConfig, presets
 
 

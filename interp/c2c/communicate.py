@@ -26,7 +26,6 @@ from core.lm.cache import export_kv, import_kv
 from core.lm.configs import LMConfig
 from core.lm.generate import SamplingConfig, decode, prefill, start_state
 from core.lm.model import KVCache
-
 from interp.c2c import data as data_lib
 from interp.c2c.configs import FuserConfig
 from interp.c2c.fuser import apply_fuser, temperature

@@ -17,7 +17,6 @@ import dataclasses
 
 from core.config import check
 from core.lm.configs import LMConfig
-
 from interp.c2c.fuser import MAPPINGS
 
 KEY_FRAMES = ("rotated", "unrotated")

@@ -21,7 +21,7 @@ section that C2C fuses; the test questions are asked in the receiver's format):
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +22,6 @@ import numpy as np
 from core.config import BadInputError
 from core.lm.tokenizer import Tokenizer, chat_format, load_tokenizer
 from core.lm.weights import load_hf
-
 from interp.c2c import communicate as comm
 from interp.c2c.configs import ALIGN_STRATEGIES, C2CConfig
 
@@ -87,9 +86,9 @@ def encode_pairs(pairs, receiver_tok: Tokenizer, sharer_tok: Tokenizer, strategy
 def run_hf(config: C2CConfig) -> dict:
     """Load both folders, align, train the fuser on generated instructions, report held-out first-answer-token
     accuracy of the receiver alone and of C2C. Needs the weights (and, at this size, a GPU)."""
+    from core import train as train_lib
     from interp.c2c.fuser import init_fuser
     from interp.c2c.train import fuser_batch, make_fuser_step
-    from core import train as train_lib
 
     t0 = time.time()
     for role, path in (("receiver_path", config.receiver_path), ("sharer_path", config.sharer_path)):

@@ -22,7 +22,6 @@ from core.config import ConfigError
 from core.lm import data as lm_data
 from core.lm import losses as lm_losses
 from core.lm import model as model_lib
-
 from interp.c2c import communicate as comm
 from interp.c2c import data as data_lib
 from interp.c2c.configs import C2CConfig, FuserConfig, LMTrainConfig

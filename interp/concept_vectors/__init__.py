@@ -3,7 +3,6 @@ CV heads by RSA, vectors through `o_proj` and steering in and out of distributio
 here on a generated concepts x formats x languages suite (see README.md)."""
 
 from core.registry import Experiment
-
 from interp.concept_vectors.configs import CVConfig, presets
 
 

@@ -14,8 +14,7 @@ import dataclasses
 
 from core.config import check
 from core.lm.configs import LMConfig
-
-from interp.concept_vectors.world import WorldConfig, World
+from interp.concept_vectors.world import World, WorldConfig
 
 STEER_WEIGHTS = (1.0, 5.0, 10.0)
 
@@ -56,7 +55,8 @@ class CVConfig:
             check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         check(self.seq_len >= 16 * self.world.max_shots + 15, "seq_len", self.seq_len,
               f">= {16 * self.world.max_shots + 15} (the longest training prompt)")
-        check(2 <= self.shots <= self.world.max_shots, "shots", self.shots, f"in [2, world.max_shots={self.world.max_shots}]")
+        check(2 <= self.shots <= self.world.max_shots, "shots", self.shots,
+              f"in [2, world.max_shots={self.world.max_shots}]")
         n_heads = self.model.num_layers * self.model.num_heads
         check(1 <= self.top_k < n_heads, "top_k", self.top_k, f"in [1, {n_heads}) (the model's heads)")
         check(len(self.steer_weights) > 0 and all(w > 0 for w in self.steer_weights), "steer_weights",

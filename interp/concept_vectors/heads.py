@@ -7,7 +7,7 @@ left-padded so the last token sits at T - 1 for every row.
 from __future__ import annotations
 
 import functools
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -15,7 +15,7 @@ from flax import nnx
 from interp.concept_vectors import heads as heads_lib
 from interp.concept_vectors import vectors as vec_lib
 from interp.concept_vectors.configs import CVConfig
-from interp.concept_vectors.world import A, CONCEPTS, Q, Cell, World, left_pad, max_prompt_len
+from interp.concept_vectors.world import CONCEPTS, A, Cell, Q, World, left_pad, max_prompt_len
 
 METHODS = ("FV", "CV", "random")
 # extraction cells for steering zero-shot OE-L1 prompts: in distribution, then out of distribution

@@ -8,7 +8,7 @@ and the target is the letter. The notes give this structure; the exact wording o
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from core.config import ConfigError
-
 from interp.concept_vectors import heads as heads_lib
 from interp.concept_vectors import prompts as prompt_lib
 
@@ -116,7 +115,6 @@ def run_real(model_dir: str | pathlib.Path, out_dir: str | pathlib.Path, *, data
              reference: str | pathlib.Path | None = None, dtype: str = "bfloat16", seed: int = 42) -> dict[str, Any]:
     from core.lm.tokenizer import load_tokenizer
     from core.lm.weights import load_hf
-
     from interp.concept_vectors.train import heatmap
 
     out_dir = pathlib.Path(out_dir)
@@ -138,7 +136,8 @@ def run_real(model_dir: str | pathlib.Path, out_dir: str | pathlib.Path, *, data
     pad = tokenizer.pad_id or 0
     tk, mk = left_pad_ids(ctok, pad)
     z, logp = heads_lib.batched_last_token(graphdef, params, tk, mk, batch=batch)
-    acc = {"-".join(DATASETS[i]): float((np.argmax(logp, -1) == ctarget)[ids == i].mean()) for i in range(len(DATASETS))}
+    acc = {"-".join(DATASETS[i]): float((np.argmax(logp, -1) == ctarget)[ids == i].mean())
+           for i in range(len(DATASETS))}
     mean_z = np.stack([z[:, ids == i].mean(1) for i in range(len(DATASETS))])  # (datasets, L, H, Dh)
     xt, xm = left_pad_ids(xtok, pad)
     cie = np.zeros(z.shape[0:1] + z.shape[2:3] + (len(ids),))

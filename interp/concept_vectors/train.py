@@ -21,7 +21,6 @@ from core import plots
 from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
-
 from interp.concept_vectors import pipeline
 from interp.concept_vectors.configs import CVConfig
 from interp.concept_vectors.world import World

@@ -9,7 +9,7 @@ hidden state of decoder layer l at the last position.
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -11,7 +11,7 @@ steering vectors extracted there come from genuinely out-of-distribution prompts
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

@@ -37,7 +37,8 @@ def _errors(answers: Sequence[str]) -> int:
 
 def evaluate_ocr(adapter: Any, dataset: Dataset) -> dict[str, Any]:
     rows = dataset.rows
-    requests = [(item_key("ocr", r["id"], "text", r["language"], prompts.ocr_prompt()), r["image"], prompts.ocr_prompt())
+    requests = [(item_key("ocr", r["id"], "text", r["language"], prompts.ocr_prompt()), r["image"],
+                 prompts.ocr_prompt())
                 for r in rows]
     answers = _answers(adapter, requests)
     items = [{"id": r["id"], "language": r["language"], "reference_text": r["text"], "predicted_text": a,

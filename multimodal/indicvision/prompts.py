@@ -50,7 +50,8 @@ DEFAULT_PROMPTS = {
     "vqa_short": "{question} Answer briefly and clearly in {language}.",
     "vqa_mcq": ("Reply with exactly one option, written as <A>, <B>, <C> or <D>, and nothing else.\n"
                 "Question: {question}\nOptions:\nA. {a}\nB. {b}\nC. {c}\nD. {d}"),
-    "vqa_true_false": "Reply with exactly one word, {true} or {false}.\nQuestion: {question}\nOptions: {true} or {false}.",
+    "vqa_true_false": ("Reply with exactly one word, {true} or {false}.\n"
+                       "Question: {question}\nOptions: {true} or {false}."),
     "vqa_long": "{question} Answer in detail in {language}.",
     "judge_short": ("Rate a vision-language model's answer to a short-answer question about an image. Judge its "
                     "accuracy against the reference answer: a high score when it agrees with the reference, a low "

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.config import BadInputError
 from core.datasets import load_fashion_mnist, load_mnist_test, load_mnist_train
 from optimization.continual.streams import Stream, Task, permuted_tasks, split_by_classes
 from optimization.deduce.configs import MNIST_DATASETS, DataConfig
-
-from core.config import BadInputError
 
 _SPLIT_SEED = 1234  # the carving of train/test/validation is fixed, independent of the run seeds
 

@@ -11,7 +11,8 @@ Fisher of the outgoing weights), of a fraction phi of mature units.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.config import BadInputError
 from optimization.continual import buffer as buffer_lib
 from optimization.continual import metrics as metrics_lib
 from optimization.continual.streams import stack_stream
@@ -26,8 +28,6 @@ from optimization.deduce import losses
 from optimization.deduce.configs import ARMS, Config
 from optimization.deduce.data import make_stream
 from optimization.deduce.model import Net, make_net
-
-from core.config import BadInputError
 
 HP_FIELDS = ("lr", "w_cur", "alpha", "beta", "ewc_lambda", "use_lum", "use_gum", "detector_b",
              "delta", "epsilon", "gum_rate", "buffer_size", "fisher_decay")
@@ -300,7 +300,8 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
     runs, hps = make_runs(config, variants, arm_overrides)
     num_runs = len(runs)
     if mesh is not None:
-        from jax.sharding import NamedSharding, PartitionSpec as P
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
         n_data = mesh.shape["data"]
         if num_runs % n_data:
             raise BadInputError(f"{num_runs} runs do not divide over the mesh's data axis of size {n_data}")

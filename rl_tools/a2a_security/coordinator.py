@@ -227,7 +227,7 @@ class Coordinator:
                                         ph.new_data_part({"skill": skill, "params": params})],
                                        task_id=task.id, context_id=task.context_id, role=pb.ROLE_USER)
                 task = await self._send_bounded(card, reply)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             outcome.error = f"timeout: {name} did not answer within {p.request_timeout} s"
             return outcome
         except (A2AClientError, A2AError, httpx.HTTPError, ValueError) as err:
@@ -245,7 +245,8 @@ class Coordinator:
         parts = [part for artifact in task.artifacts for part in artifact.parts]
         size = sum(len(part.text) + len(part.raw) for part in parts)
         if size > p.max_artifact_bytes:
-            outcome.error = f"rejected: {name}'s artifacts are {size} bytes, more than the {p.max_artifact_bytes} allowed"
+            outcome.error = (f"rejected: {name}'s artifacts are {size} bytes, "
+                             f"more than the {p.max_artifact_bytes} allowed")
             return outcome
         data = [d for d in ph.get_data_parts(parts) if isinstance(d, dict)]
         for d in data:
@@ -320,7 +321,7 @@ class Coordinator:
         client = ClientFactory(ClientConfig(httpx_client=self.lab.client, streaming=False)).create(self.cards[name])
         try:
             await self._bounded(client.cancel_task(pb.CancelTaskRequest(id=task_id)))
-        except (A2AClientError, A2AError, httpx.HTTPError, asyncio.TimeoutError, TimeoutError):
+        except (A2AClientError, A2AError, httpx.HTTPError, TimeoutError):
             pass  # the peer may have dropped it already; it is no longer held by us either way
 
     async def resume(self, name: str, task_id: str, text: str) -> Outcome:
@@ -332,6 +333,6 @@ class Coordinator:
             task = await self._send_bounded(self.cards[name], message)
         except (A2AClientError, A2AError, httpx.HTTPError, ValueError) as err:
             return Outcome(agent=name, error=f"{name}: {type(err).__name__}: {err}")
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             return Outcome(agent=name, error=f"timeout: {name} did not answer within {self.policy.request_timeout} s")
         return Outcome(agent=name, state=pb.TaskState.Name(task.status.state))

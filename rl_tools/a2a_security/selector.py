@@ -107,7 +107,7 @@ class SelectorConfig:
     seed: int = 0
 
 
-def train_selector(config: SelectorConfig, workdir: pathlib.Path) -> tuple["LearnedSelector", dict[str, float]]:
+def train_selector(config: SelectorConfig, workdir: pathlib.Path) -> tuple[LearnedSelector, dict[str, float]]:
     """Train the card encoder on generated pairs with core.train.fit; returns the selector and test accuracy."""
     texts, labels = card_pairs(config.train_pairs, seed=config.seed)
     test_texts, test_labels = card_pairs(256, seed=config.seed + 10_000)

@@ -2,7 +2,6 @@
 and the interventional-vs-counterfactual gap of a small decoder trained here. See README.md."""
 
 from core.registry import Experiment
-
 from rl_tools.counterfactuals.configs import CFConfig, presets
 
 

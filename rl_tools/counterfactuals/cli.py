@@ -11,9 +11,8 @@ import json
 import pathlib
 import time
 
-from rl_tools.counterfactuals import export, generate
-
 from core.config import BadInputError
+from rl_tools.counterfactuals import export, generate
 
 
 def _sizes(args: argparse.Namespace) -> dict[str, int]:

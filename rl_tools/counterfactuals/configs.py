@@ -16,7 +16,6 @@ import dataclasses
 
 from core.config import check
 from core.lm.configs import LMConfig
-
 from rl_tools.counterfactuals.data import WORDS
 
 VOCAB = len(WORDS)
@@ -41,7 +40,8 @@ class CFConfig:
     log_every: int = 100
 
     def __post_init__(self):
-        check(self.model.vocab_size >= VOCAB, "model.vocab_size", self.model.vocab_size, f">= {VOCAB} (the compact vocabulary)")
+        check(self.model.vocab_size >= VOCAB, "model.vocab_size", self.model.vocab_size,
+              f">= {VOCAB} (the compact vocabulary)")
         for name in ("n_train", "n_eval", "seq_len", "batch_size", "steps", "eval_batch", "log_every"):
             check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         check(self.max_level in (1, 2, 3), "max_level", self.max_level, "1, 2 or 3")

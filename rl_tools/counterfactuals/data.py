@@ -19,10 +19,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from core.config import BadInputError
 from rl_tools.counterfactuals import programs as P
 from rl_tools.counterfactuals.generate import VARIANTS, Item
-
-from core.config import BadInputError
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 MIN_NUMBER, MAX_NUMBER = -99, 199

@@ -17,7 +17,8 @@ One JSONL record per (item, variant); the config name mirrors the released datas
 | revealed_latents | {name: int} or null | null for counterfactual records (r is never in them) |
 | question | str | the prompt text (the harness sends it as the user message) |
 | answer | [int] | the sorted answer set |
-| consistent_latents, prior_answer | [[int]], [int] | abduction set; answer set without the observation (null outside counterfactual) |
+| consistent_latents | [[int]] | the abduction set (null outside counterfactual) |
+| prior_answer | [int] | the answer set without the observation (null outside counterfactual) |
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rl_tools.counterfactuals.generate import VARIANTS, Item, SplitStats
-
 from core.config import BadInputError
 from core.data import input_file
+from rl_tools.counterfactuals.generate import VARIANTS, Item, SplitStats
 
 ANSWER_FORMAT = "Answer with the set of every possible value in braces, e.g. {1, 4}; a single value is {3}."
 
@@ -72,7 +72,8 @@ def question(item: Item, variant: str) -> str:
                 f"{item.y0}; in that run {_latent_text(item)}. With the same {lat}, what would f({item.x1}) have "
                 f"returned?")
     else:
-        body = f"The function f draws {lat} once with random.randint. Suppose {_latent_text(item)}. What does f({item.x0}) return?"
+        body = (f"The function f draws {lat} once with random.randint. Suppose {_latent_text(item)}. "
+                f"What does f({item.x0}) return?")
     return head + body + " " + ANSWER_FORMAT
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rl_tools.counterfactuals import programs as P
-from rl_tools.counterfactuals.templates import LEVELS, FAMILIES, Template, templates_of
+from rl_tools.counterfactuals.templates import FAMILIES, LEVELS, Template, templates_of
 
 SPLITS = ("if_else_train", "if_else", "if_else_long", "while", "multi_r", "math")
 FAMILY_OF = {"if_else_train": "if_else", "if_else": "if_else", "if_else_long": "if_else_long",

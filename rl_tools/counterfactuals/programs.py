@@ -12,7 +12,6 @@ Integer semantics are Python's: `%` floors (the result has the sign of the modul
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 # --- expressions ---------------------------------------------------------------------------------
 
@@ -30,11 +29,11 @@ class Const:
 @dataclasses.dataclass(frozen=True)
 class Bin:
     op: str  # "+", "-", "*", "%", "//"
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
-Expr = Union[Var, Const, Bin]
+Expr = Var | Const | Bin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +71,7 @@ class For:
     body: tuple
 
 
-Stmt = Union[Assign, If, While, For]
+Stmt = Assign | If | While | For
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,7 +96,7 @@ class SandboxUnavailable(BadInputError):
     """The sandbox cannot run hostile code safely here (root without the no-fork limit)."""
 
 
-def validate_source(code: str, sandbox: "Sandbox | None" = None) -> None:
+def validate_source(code: str, sandbox: Sandbox | None = None) -> None:
     """Reject source outside the allowed subset, naming the construct and its line. The source is parsed in
     a sandbox worker (`sandbox`, or a short-lived one), so a huge or deeply nested program cannot crash us."""
     if not isinstance(code, str):
@@ -354,7 +354,7 @@ class Sandbox:
     def close(self) -> None:
         self._kill()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:

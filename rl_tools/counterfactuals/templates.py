@@ -16,7 +16,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from rl_tools.counterfactuals.programs import (Assign, Bin, Cmp, Const, For, If, Program, Var, While)
+from rl_tools.counterfactuals.programs import Assign, Bin, Cmp, Const, For, If, Program, Var, While
 
 X, Y, R, I = Var("x"), Var("y"), Var("r"), Var("i")
 R1, R2, R3 = Var("r1"), Var("r2"), Var("r3")

@@ -22,7 +22,6 @@ from core import plots
 from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
-
 from rl_tools.counterfactuals import data, generate, harness
 from rl_tools.counterfactuals.configs import CFConfig
 

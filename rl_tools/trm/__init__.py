@@ -3,7 +3,6 @@ turn-level GRPO advantages, measured against outcome-only RL in ToolWorld, where
 See README.md."""
 
 from core.registry import Experiment
-
 from rl_tools.trm.configs import TRMConfig, presets
 
 
@@ -15,7 +14,8 @@ def _run(config, workdir):
 EXPERIMENT = Experiment(
     name="trm",
     paper=2,
-    title="TRM: a tool-call reward model with turn-level GRPO and refined PPO credit, in an exactly labelled tool world",
+    title=("TRM: a tool-call reward model with turn-level GRPO and refined PPO credit, "
+           "in an exactly labelled tool world"),
     presets=presets(),
     run=_run,
     in_demo=False,  # minutes on 2 cores: `make demo` stays a quick tour (issue #45); run it by name

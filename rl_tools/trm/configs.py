@@ -17,7 +17,7 @@ from core.config import check
 from core.lm.configs import LMConfig
 from rl_tools.trm.data import LABEL_KINDS
 from rl_tools.trm.rl import ARMS
-from rl_tools.trm.world import WorldConfig, World
+from rl_tools.trm.world import World, WorldConfig
 
 
 def policy_model(width: int = 64, layers: int = 2, world: WorldConfig = WorldConfig()) -> LMConfig:
@@ -100,7 +100,7 @@ def presets() -> dict[str, TRMConfig]:
                      arms=("grpo_trm_turn", "ppo_trm"), num_prompts=16, rl_steps=2,
                      prompts_per_step=2, group_size=4, eval_questions=4, eval_samples=2)
     demo = TRMConfig()
-    paper = TRMConfig(world=WorldConfig(), model=policy_model(128, 4), num_bc=20000, bc_steps=3000, num_trm=10000, num_trm_eval=2000,
-                      trm_steps=2000, arms=tuple(ARMS), seeds=(0, 1, 2, 3, 4), rl_steps=200, prompts_per_step=16,
-                      group_size=8, eval_questions=512)
+    paper = TRMConfig(world=WorldConfig(), model=policy_model(128, 4), num_bc=20000, bc_steps=3000, num_trm=10000,
+                      num_trm_eval=2000, trm_steps=2000, arms=tuple(ARMS), seeds=(0, 1, 2, 3, 4), rl_steps=200,
+                      prompts_per_step=16, group_size=8, eval_questions=512)
     return {"tiny": tiny, "demo": demo, "paper": paper}

@@ -14,7 +14,8 @@ observation token (where the TRM head reads), and each call's exact labels.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -116,7 +117,7 @@ def encode_trace(world: World, q: Question, actions: Sequence[str]) -> Trace:
     P = len(tokens)
     policy, observation = [False] * P, [False] * P
     call_ends, obs_ends = [], []
-    for i, action in enumerate(actions):
+    for action in actions:
         a = tok.encode(action)
         is_answer = world.parse(action).kind == "A"
         if is_answer:

@@ -10,7 +10,8 @@ simplification of a separately trained trajectory model); GRPO with the oracle's
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -117,7 +118,7 @@ class TRMTrainer(RLTrainer):
         self.last_call_metrics: dict[str, float] = {}
 
     def restart(self, params: nnx.State, *, arm: str, alpha: float, seed: int, questions: Sequence[Question],
-                trm: tuple | None = None) -> "TRMTrainer":
+                trm: tuple | None = None) -> TRMTrainer:
         """Begin a new run (another arm of the same algorithm, seed, start or TRM) on this trainer, keeping its
         jitted update and scoring functions: a new RLTrainer would compile them again (tens of seconds on a
         small CPU). The loss they trace reads only what a restart keeps (algorithm, loss, model, shapes)."""

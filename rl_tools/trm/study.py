@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Callable, Iterable, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -16,8 +17,16 @@ from core.lm import model as model_lib
 from rl_tools.trm.configs import TRMConfig, policy_model
 from rl_tools.trm.data import LABEL_KINDS
 from rl_tools.trm.rl import ARMS, evaluate
-from rl_tools.trm.train import (behaviour_clone, policy_call_auc, questions_for, rollout_config, run_arm, train_trm,
-                                trm_auc, trm_data)
+from rl_tools.trm.train import (
+    behaviour_clone,
+    policy_call_auc,
+    questions_for,
+    rollout_config,
+    run_arm,
+    train_trm,
+    trm_auc,
+    trm_data,
+)
 from rl_tools.trm.world import World
 
 
@@ -123,8 +132,8 @@ def auc_sweep(config: TRMConfig, seed: int, sizes: Sequence[int], widths: Sequen
             t0 = time.perf_counter()
             data = trm_data(cfg, world, seed, size, salt=2)
             params = train_trm(cfg, graphdef, init, data, seed, workdir / f"{name}_seed{seed}")
-            row = {"seed": seed, "run": name, "width": width, "trajectories": size, "auc": trm_auc(graphdef, params, held),
-                   "seconds": time.perf_counter() - t0}
+            row = {"seed": seed, "run": name, "width": width, "trajectories": size,
+                   "auc": trm_auc(graphdef, params, held), "seconds": time.perf_counter() - t0}
             rows.append(row)
             on_row(row)
     return rows

@@ -7,10 +7,9 @@ before and after, TRM AUC on scripted and on policy-sampled calls.
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +20,6 @@ from core import plots
 from core import train as train_lib
 from core.lm import losses as lm_losses
 from core.lm import model as model_lib
-from core.lm.configs import LMConfig
 from core.optim import OptimizerConfig, make_optimizer
 from core.rl.losses import LossConfig
 from core.rl.rollout import RolloutConfig, rollout

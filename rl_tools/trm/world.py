@@ -18,7 +18,8 @@ match a plan step; necessity = it targets a plan step not yet done and repeats n
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_trees_close
 from scipy.special import gammaln
 from scipy.stats import poisson
 
@@ -15,7 +16,6 @@ from bit.model import rope
 from core import train as core_train
 from core.config import ConfigError, apply_overrides
 from core.sharding import batch_sharding, make_mesh, replicate, replicated, shard_batch
-from helpers import assert_trees_close
 
 
 def test_rope_scores_depend_only_on_offset():

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import assert_trees_close
 from jax.sharding import NamedSharding, PartitionSpec
 
 from core.config import ConfigError, apply_overrides
 from forecasting import data as data_lib
 from forecasting.phaseformer import EXPERIMENT, configs, losses, train
 from forecasting.phaseformer import model as model_lib
-from helpers import assert_trees_close
 
 
 def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path):

@@ -11,9 +11,19 @@ from PIL import Image
 from scipy import ndimage
 
 from core.config import ConfigError
-from forecasting.prednext.data import (MOTION_NAMES, MOTIONS, AugmentConfig, ClipSampler, FrameFolderSampler,
-                                       VideoConfig, crop_params, frame_folder_entries, generate, make_views,
-                                       resized_crop)
+from forecasting.prednext.data import (
+    MOTION_NAMES,
+    MOTIONS,
+    AugmentConfig,
+    ClipSampler,
+    FrameFolderSampler,
+    VideoConfig,
+    crop_params,
+    frame_folder_entries,
+    generate,
+    make_views,
+    resized_crop,
+)
 
 CFG = VideoConfig(n_train=48, n_test=8, length=20, clip_len=6, future_gap=6, jitter=1)
 

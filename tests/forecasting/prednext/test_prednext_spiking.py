@@ -7,11 +7,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import CompileCounter
 
 from core.config import ConfigError
-from forecasting.prednext.spiking import (LIF, BatchNormThroughTime, LIFConfig, SEWBlock, SpikingConv, lif_scan,
-                                          spike, surrogate_grad)
-from helpers import CompileCounter
+from forecasting.prednext.spiking import (
+    LIF,
+    BatchNormThroughTime,
+    LIFConfig,
+    SEWBlock,
+    SpikingConv,
+    lif_scan,
+    spike,
+    surrogate_grad,
+)
 
 
 def numpy_lif(x, *, tau=2.0, v_th=1.0, v_reset=0.0, decay_input=True, order="spikingjelly"):

@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_trees_close
 
 from core import sharding
 from core.config import BadInputError, ConfigError, apply_overrides
 from forecasting.prednext import EXPERIMENT, configs, train
-from helpers import assert_trees_close
 
 CFG = configs.tiny()
 

@@ -41,7 +41,8 @@ def test_reader_chains_reversed_curves_and_normalises():
               "operation": "NewBodyFeatureOperation", "extent_type": "SymmetricFeatureExtentType",
               "extent_one": {"distance": {"value": 1.0}}}},
         "sequence": [{"entity": "s"}, {"entity": "e"}],
-        "properties": {"bounding_box": {"min_point": {"x": 0, "y": 0, "z": -0.5}, "max_point": {"x": 2, "y": 2, "z": 0.5}}}}
+        "properties": {"bounding_box": {"min_point": {"x": 0, "y": 0, "z": -0.5},
+                                        "max_point": {"x": 2, "y": 2, "z": 0.5}}}}
     (ext,) = deepcad_io.from_json(data)
     pts = [t for c in ext.loops[0] for t in (c.x, c.y)]
     assert pts == pytest.approx([0.75, 0, 0.75, 0.75, 0, 0.75, 0, 0])  # scaled by 0.75 / 2

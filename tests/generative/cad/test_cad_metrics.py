@@ -70,4 +70,5 @@ def test_evaluate_counts_invalid_and_scores_perfect_predictions():
     stated = sum(len(p.requirements[3]) for p in parts)
     assert out["requirement_satisfaction"] == pytest.approx(
         (len(parts[0].requirements[3]) + len(parts[1].requirements[3])) / stated)
-    assert out["f1_extrusion"] == pytest.approx(np.mean([1, 1, metrics.f1(*metrics.primitive_matches(gts[2], bow)["extrusion"]), 0]))
+    assert out["f1_extrusion"] == pytest.approx(
+        np.mean([1, 1, metrics.f1(*metrics.primitive_matches(gts[2], bow)["extrusion"]), 0]))

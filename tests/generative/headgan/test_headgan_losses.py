@@ -12,7 +12,8 @@ from generative.headgan.metrics import cross_view_spread, frechet_distance, mean
 
 
 def test_r1_on_linear_and_quadratic_discriminators():
-    x = {"image": jax.random.normal(jax.random.key(0), (4, 3, 3, 2)), "mask": jax.random.normal(jax.random.key(1), (4, 2))}
+    x = {"image": jax.random.normal(jax.random.key(0), (4, 3, 3, 2)),
+         "mask": jax.random.normal(jax.random.key(1), (4, 2))}
     a_img, a_mask = jnp.arange(18.0).reshape(3, 3, 2) / 10, jnp.array([1.0, -2.0])
     linear = lambda v: jnp.sum(v["image"] * a_img, (1, 2, 3)) + v["mask"] @ a_mask
     logits, r1 = L.r1_penalty(linear, x)

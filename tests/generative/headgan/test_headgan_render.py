@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from generative.headgan import configs, data
-from generative.headgan.render import (BACK_ONLY, CAMERA_RADIUS, FOV_DEG, NUM_PARAMS, camera_rays, ray_sphere,
-                                       render_batch, render_head)
+from generative.headgan.render import (
+    BACK_ONLY,
+    CAMERA_RADIUS,
+    FOV_DEG,
+    NUM_PARAMS,
+    camera_rays,
+    ray_sphere,
+    render_batch,
+    render_head,
+)
 
 
 def test_camera_rays_geometry():

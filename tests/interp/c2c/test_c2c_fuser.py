@@ -11,7 +11,6 @@ import pytest
 from core.config import ConfigError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
-
 from interp.c2c import communicate as comm
 from interp.c2c.configs import FuserConfig
 from interp.c2c.fuser import TensorFuser, gate_value, init_fuser, layer_mapping, numpy_reference, temperature
@@ -199,7 +198,8 @@ def test_a_sharded_fuser_step_on_8_devices_equals_one_device(devices):
     single, m1 = step(state, batch)
     mesh = sharding_lib.make_mesh(devices=devices)
     placed = sharding_lib.replicate(state, mesh)
-    _, sharded_step = make_fuser_step(pair, FUSER, donate=False, state_sharding=jax.tree.map(lambda x: x.sharding, placed),
+    _, sharded_step = make_fuser_step(pair, FUSER, donate=False,
+                                      state_sharding=jax.tree.map(lambda x: x.sharding, placed),
                                       batch_sharding=sharding_lib.batch_sharding(mesh))
     sharded, m8 = sharded_step(placed, sharding_lib.shard_batch(batch, mesh))
     assert np.isfinite(float(m1["loss"]))

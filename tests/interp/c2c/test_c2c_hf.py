@@ -7,7 +7,6 @@ from tokenizers import models, pre_tokenizers
 
 from core.config import BadInputError
 from core.lm.tokenizer import Tokenizer
-
 from interp.c2c.configs import presets
 from interp.c2c.hf import align_tokens, instruction_data, run_hf
 

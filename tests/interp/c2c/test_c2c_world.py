@@ -11,7 +11,6 @@ import pytest
 from core.config import ConfigError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
-
 from interp.c2c import communicate as comm
 from interp.c2c import data as D
 from interp.c2c.configs import C2CConfig, FuserConfig, LMTrainConfig, presets

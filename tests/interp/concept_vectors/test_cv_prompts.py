@@ -5,7 +5,7 @@ import pytest
 
 from core.config import ConfigError
 from interp.concept_vectors import prompts
-from interp.concept_vectors.world import Cell, LETTERS, World, WorldConfig, left_pad
+from interp.concept_vectors.world import LETTERS, Cell, World, WorldConfig, left_pad
 
 
 def test_open_ended_prompt_fixed_string():

@@ -11,7 +11,8 @@ import pytest
 from core import sharding as core_sharding
 from core.config import ConfigError, apply_overrides
 from core.lm import model as model_lib
-from interp.concept_vectors import EXPERIMENT, heads as heads_lib
+from interp.concept_vectors import EXPERIMENT
+from interp.concept_vectors import heads as heads_lib
 from interp.concept_vectors.configs import presets
 from interp.concept_vectors.train import run
 from interp.concept_vectors.world import World, WorldConfig

@@ -189,7 +189,8 @@ def test_a_failed_call_is_an_error_answer_and_constant_and_specs(stub):
 
 def test_released_prompts_can_be_loaded_from_a_file_and_are_checked(tmp_path):
     path = tmp_path / "prompts.json"
-    path.write_text(json.dumps({"ocr": "OCR THIS", "judge_short": "S {question} | {ground_truth} | {predicted_answer}"}))
+    path.write_text(json.dumps({"ocr": "OCR THIS",
+                                "judge_short": "S {question} | {ground_truth} | {predicted_answer}"}))
     try:
         prompts.use_prompts(path)
         assert prompts.ocr_prompt() == "OCR THIS"

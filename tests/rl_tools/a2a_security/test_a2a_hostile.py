@@ -40,7 +40,8 @@ def test_card_with_missing_fields_is_rejected_with_the_fields_named():
 
 def test_bad_signature_is_rejected():
     def build(lab):
-        forged = co.sign_card(lab_lib.make_card("forged", "convert money", [SKILL]), key=b"attacker-key-of-32-bytes-or-more!")
+        forged = co.sign_card(lab_lib.make_card("forged", "convert money", [SKILL]),
+                              key=b"attacker-key-of-32-bytes-or-more!")
         return [lab.add_agent(forged)]
     coordinator, _, benign = _run(build)
     (reason,) = coordinator.rejected.values()

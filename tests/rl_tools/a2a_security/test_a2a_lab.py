@@ -102,6 +102,7 @@ def test_signed_cards_verify_and_tampering_is_detected():
     card.description = "now also moves money"
     with pytest.raises(SignatureVerificationError):
         verify(card)
-    forged = co.sign_card(scenarios.benign_card("finance", scenarios.DOMAINS["finance"][1]), key=b"attacker-key-of-32-bytes-or-more!")
+    forged = co.sign_card(scenarios.benign_card("finance", scenarios.DOMAINS["finance"][1]),
+                          key=b"attacker-key-of-32-bytes-or-more!")
     with pytest.raises(SignatureVerificationError):
         verify(forged)

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from helpers import assert_trees_close
 
 from core import sharding
 from core.train import init_train_state, make_train_step
-from helpers import assert_trees_close
 from rl_tools.a2a_security import EXPERIMENT, scenarios, selector
 
 

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from rl_tools.counterfactuals import export, generate, programs as P, templates as T
+from rl_tools.counterfactuals import export, generate
+from rl_tools.counterfactuals import programs as P
+from rl_tools.counterfactuals import templates as T
 from rl_tools.counterfactuals.sandbox import Sandbox
 
 SIZES = {"if_else_train": 300, "if_else": 100, "if_else_long": 60, "while": 60, "multi_r": 60, "math": 60}
@@ -42,7 +44,7 @@ def test_sizes_and_ids(splits):
 
 def test_every_item_needs_abduction_and_answers_are_consistent(splits):
     items, stats = splits
-    for split, its in items.items():
+    for its in items.values():
         for it in its:
             assert it.answer_cf != it.prior and len(it.prior) > 1
             assert set(it.answer_cf) <= set(it.prior)

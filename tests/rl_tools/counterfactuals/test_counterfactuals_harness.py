@@ -5,9 +5,8 @@ import math
 import jax
 import pytest
 
-from core.lm.configs import LMConfig
 from core.lm import model as model_lib
-
+from core.lm.configs import LMConfig
 from rl_tools.counterfactuals import data, generate, harness, server
 from rl_tools.counterfactuals.configs import VOCAB
 

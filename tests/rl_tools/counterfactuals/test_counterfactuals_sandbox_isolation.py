@@ -14,8 +14,13 @@ import pytest
 
 from core.config import BadInputError
 from rl_tools.counterfactuals import sandbox as sandbox_lib
-from rl_tools.counterfactuals.sandbox import (Sandbox, SandboxConfig, SandboxUnavailable, SandboxViolation,
-                                              validate_source)
+from rl_tools.counterfactuals.sandbox import (
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    SandboxViolation,
+    validate_source,
+)
 
 OK = "def f(x):\n    r = random.randint(1, 9)\n    return (x - r) % 7\n"
 

@@ -5,14 +5,13 @@ import json
 import jax
 import numpy as np
 import pytest
+from helpers import assert_trees_close
 
 from core import config as config_lib
 from core import sharding
 from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
-from helpers import assert_trees_close
-
 from rl_tools.counterfactuals import EXPERIMENT, data, generate
 from rl_tools.counterfactuals import train as cf_train
 from rl_tools.counterfactuals.configs import CFConfig
