@@ -5,6 +5,7 @@ Presets:
 - `demo`: MNIST 28x28, every stage briefly, one defence, under 3 min (`iclr26 run deepfake_attack --preset demo`).
 - `bench`: the committed benchmark (`benchmarks/deepfake_attack.py`): MNIST 28x28, 6 generators, 4
   attribution models, 5 defences, within 60 min on 2 CPU cores.
+- `faces64`: 64 px grayscale faces from a user-supplied folder (`--set data.folder=...`), for a GPU.
 - `paper`: `bench` with longer training (more steps for every model); the paper's own grid (12 generators,
   6 attribution models, face images) needs face data and GPUs that this project does not ship.
 """
@@ -19,15 +20,17 @@ from core.config import check
 GENERATORS = ("dcgan_transposed", "dcgan_nearest", "dcgan_bilinear", "vae", "made", "ddpm")
 ATTRIBUTORS = ("pixel_cnn", "residual_cnn", "spectrum_mlp", "dct_mlp")
 DEFENCES = ("none", "retrain", "blur", "dct", "dae", "specnorm")
-ATTACKS = ("additive", "multiplicative", "pgd", "blur", "dct")
+READINGS = ("additive", "pixel_gain", "spectral_gain")  # see attacks.py
+KINDS = ("pgd", "universal", "blackbox")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """Disjoint pools of real digits: generator training, attribution training, attack training, evaluation."""
 
-    source: Literal["mnist", "digits"] = "mnist"
-    image_size: int = 28  # 28 for MNIST; digits are resized from 8x8 to this size (16 in tests)
+    source: Literal["mnist", "digits", "folder"] = "mnist"
+    image_size: int = 28  # 28 for MNIST; digits / folder images are resized to this size (16 in tests)
+    folder: str = ""  # source "folder": a directory of images (PNG / JPEG, searched recursively), read as grayscale
     n_gm: int = 4000  # real images the generators learn from
     n_am: int = 2000  # real class of the attribution training set; also fakes per generator
     n_attack: int = 2000  # real images the attack is trained on (it never sees a fake)
@@ -35,7 +38,7 @@ class DataConfig:
     seed: int = 0
 
     def __post_init__(self):
-        check(self.source in ("mnist", "digits"), "data.source", self.source, "'mnist' or 'digits'")
+        check(self.source in ("mnist", "digits", "folder"), "data.source", self.source, "'mnist', 'digits' or 'folder'")
         check(self.image_size >= 8 and self.image_size % 4 == 0, "data.image_size", self.image_size,
               "a multiple of 4 that is at least 8")
         for name in ("n_gm", "n_am", "n_attack", "n_eval"):
@@ -87,20 +90,26 @@ class AMConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AttackConfig:
-    """Our reconstruction of the attack: one U-Net f, additive x + eps tanh f or multiplicative
-    x (1 + eps tanh f), trained on real images against a surrogate attributor over random pseudo-generators;
-    both attacks are rescaled to the same PSNR (`target_psnr`) before evaluation."""
+    """The attacks (`attacks.py`): three readings (additive, pixel gain, spectral gain) at one hard PSNR budget
+    (`target_psnr`, the same during training and evaluation), each as white-box PGD, a universal white-box
+    network trained against the real attribution models, and the black-box universal network (our
+    reconstruction of the paper's attack) trained on real images only against a frozen surrogate attributor
+    over random pseudo-generators (`traces.py`)."""
 
+    readings: tuple[str, ...] = READINGS
     width: int = 16
-    eps: float = 0.3
+    eps: float = 0.5  # pixel gain in [1 - eps, 1 + eps]
+    spectral_eps: float = 1.0  # per-frequency gain in [1 - spectral_eps, 1 + spectral_eps] (1: a peak can be removed)
     target_psnr: float = 28.0
-    steps: int = 1500
-    batch_size: int = 64
+    steps: int = 400  # black-box attack network, per reading
+    universal_steps: int = 300  # universal white-box attack network, per reading
+    batch_size: int = 32
     lr: float = 1e-3
-    pseudo_gms: int = 6
-    pseudo_beta: float = 0.08
-    fidelity: float = 10.0
+    pseudo_gms: int = 8
+    pseudo_beta: float = 0.5  # random deviation of the pseudo-generators' up-sampling kernels
+    pseudo_residue: float = 0.15  # the diffusion-like pseudo-generators' high-frequency residue
     surrogate_width: int = 16
+    surrogate_steps: int = 400  # the surrogate trains on clean real + pseudo-fakes, then is frozen
     pgd_steps: int = 20
     pgd_per_gm: int = 150  # white-box PGD runs on the first fakes of each generator (CPU budget)
     blur_sigma: float = 0.7  # reference attack
@@ -108,11 +117,15 @@ class AttackConfig:
     seed: int = 3
 
     def __post_init__(self):
-        for name in ("width", "steps", "batch_size", "pseudo_gms", "surrogate_width", "pgd_steps", "pgd_per_gm"):
+        check(len(self.readings) >= 1 and set(self.readings) <= set(READINGS) and len(set(self.readings)) == len(self.readings),
+              "attack.readings", self.readings, f"distinct names from {READINGS}")
+        for name in ("width", "steps", "universal_steps", "batch_size", "pseudo_gms", "surrogate_width",
+                     "surrogate_steps", "pgd_steps", "pgd_per_gm"):
             check(getattr(self, name) >= 1, f"attack.{name}", getattr(self, name), "an integer >= 1")
         check(0 < self.eps < 1, "attack.eps", self.eps, "a number in (0, 1) (the multiplicative factor stays positive)")
+        check(0 < self.spectral_eps <= 2, "attack.spectral_eps", self.spectral_eps, "a number in (0, 2]")
         check(10.0 <= self.target_psnr <= 60.0, "attack.target_psnr", self.target_psnr, "a PSNR in [10, 60] dB")
-        for name in ("lr", "pseudo_beta", "fidelity", "blur_sigma", "dct_step"):
+        for name in ("lr", "pseudo_beta", "pseudo_residue", "blur_sigma", "dct_step"):
             check(getattr(self, name) > 0, f"attack.{name}", getattr(self, name), "a positive number")
 
 
@@ -160,7 +173,8 @@ def tiny() -> Config:
         gen=GenConfig(latent=8, width=8, batch_size=32, gan_steps=30, vae_steps=30, made_steps=30,
                       made_hidden=32, ddpm_steps=30, ddpm_timesteps=8, fid_steps=30),
         am=AMConfig(width=8, hidden=32, steps=40, batch_size=32),
-        attack=AttackConfig(width=8, steps=30, batch_size=16, pseudo_gms=3, surrogate_width=8, pgd_steps=3),
+        attack=AttackConfig(width=8, steps=20, universal_steps=10, surrogate_steps=30, batch_size=16, pseudo_gms=4,
+                            surrogate_width=8, pgd_steps=3, pgd_per_gm=10),
         defence=DefenceConfig(dae_steps=20), eval_batch=120, grid_samples=8)
 
 
@@ -172,22 +186,40 @@ def demo() -> Config:
         gen=GenConfig(gan_steps=60, vae_steps=60, made_steps=60, made_hidden=128, ddpm_steps=50,
                       ddpm_timesteps=10, fid_steps=100),
         am=AMConfig(steps=80, batch_size=64),
-        attack=AttackConfig(steps=30, batch_size=16, pseudo_gms=3, pgd_steps=3, pgd_per_gm=30),
+        attack=AttackConfig(width=8, steps=40, universal_steps=30, surrogate_steps=60, batch_size=16, pseudo_gms=4,
+                            surrogate_width=8, pgd_steps=3, pgd_per_gm=20),
         defence=DefenceConfig(defences=("none", "blur"), dae_steps=50), eval_batch=200, grid_samples=8)
 
 
 def bench() -> Config:
-    """`python benchmarks/deepfake_attack.py`: the committed run (< 60 min on 2 cores): the default generators,
-    attribution models trained 1,000 steps, the attack 1,000 steps of batch 32 per mode, PGD 10 steps on 100
-    fakes per generator."""
-    return Config(am=AMConfig(steps=1000), attack=AttackConfig(steps=1000, batch_size=32, pgd_steps=10, pgd_per_gm=100))
+    """`python benchmarks/deepfake_attack.py` (3 attack seeds; sized for 2 CPU cores shared with other jobs):
+    generators 800-1000 steps, attribution models 400 steps, surrogate 500, black-box attack 150 and universal
+    attack 100 steps per reading, PGD 5 steps on 20 fakes per generator, every defence."""
+    return Config(data=DataConfig(n_gm=4000, n_am=1500, n_attack=1500, n_eval=500),
+                  gen=GenConfig(gan_steps=800, vae_steps=800, made_steps=800, ddpm_steps=1000),
+                  am=AMConfig(steps=400),
+                  attack=AttackConfig(steps=150, universal_steps=100, surrogate_steps=500, pgd_steps=5, pgd_per_gm=20),
+                  defence=DefenceConfig(dae_steps=300))
 
 
 def paper() -> Config:
     """The benchmark protocol with longer training (the paper's face-image grid is not runnable here)."""
     return Config(gen=GenConfig(gan_steps=5000, vae_steps=4000, made_steps=4000, ddpm_steps=8000, ddpm_timesteps=100),
-                  am=AMConfig(steps=4000), attack=AttackConfig(steps=5000, pgd_steps=50),
+                  am=AMConfig(steps=4000), attack=AttackConfig(steps=3000, universal_steps=2000, surrogate_steps=3000,
+                                                               pgd_steps=50),
                   defence=DefenceConfig(dae_steps=3000))
 
 
-PRESETS = {"tiny": tiny(), "demo": demo(), "bench": bench(), "paper": paper()}
+def faces64() -> Config:
+    """64 px grayscale faces from a folder the user supplies (`--set data.folder=/path/to/images`), for a GPU:
+    the whole protocol with wider models and longer training. Not run in this project (no face data ships)."""
+    return Config(data=DataConfig(source="folder", image_size=64, n_gm=10000, n_am=3000, n_attack=3000, n_eval=1000),
+                  gen=GenConfig(latent=64, width=32, gan_steps=8000, vae_steps=6000, made_steps=4000, made_hidden=1024,
+                                ddpm_steps=10000, ddpm_timesteps=100),
+                  am=AMConfig(width=32, hidden=256, dct_block=8, steps=4000),
+                  attack=AttackConfig(width=32, steps=3000, universal_steps=2000, surrogate_steps=3000,
+                                      surrogate_width=32, pgd_steps=50, pgd_per_gm=200),
+                  defence=DefenceConfig(dae_steps=3000), eval_batch=250)
+
+
+PRESETS = {"tiny": tiny(), "demo": demo(), "bench": bench(), "paper": paper(), "faces64": faces64()}

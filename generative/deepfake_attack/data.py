@@ -26,6 +26,32 @@ def load_digits_images(size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(x, 0.0, 1.0), d.target.astype(np.int32)
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def load_folder_images(folder: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every image under `folder` (recursively, sorted paths) as grayscale, centre-cropped to a square and resized
+    to size x size, in [0, 1]: (N, size, size, 1) and dummy labels 0 (faces carry no digit class)."""
+    import pathlib
+
+    from PIL import Image
+
+    root = pathlib.Path(folder)
+    if not folder or not root.is_dir():
+        raise BadInputError(f"data.folder={folder!r}: expected a directory of images (source 'folder')")
+    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not paths:
+        raise BadInputError(f"data.folder={folder!r}: no images ({', '.join(IMAGE_SUFFIXES)}) found")
+    out = np.empty((len(paths), size, size, 1), np.float32)
+    for i, p in enumerate(paths):
+        im = Image.open(p).convert("L")
+        w, h = im.size
+        c = min(w, h)
+        im = im.crop(((w - c) // 2, (h - c) // 2, (w - c) // 2 + c, (h - c) // 2 + c)).resize((size, size), Image.BILINEAR)
+        out[i, ..., 0] = np.asarray(im, np.float32) / 255.0
+    return out, np.zeros(len(paths), np.int32)
+
+
 def load_pools(config: DataConfig) -> dict[str, dict[str, np.ndarray]]:
     """{pool: {"image": (N, S, S, 1) float32 in [0, 1], "label": (N,) digit}} with disjoint pools.
 
@@ -37,6 +63,8 @@ def load_pools(config: DataConfig) -> dict[str, dict[str, np.ndarray]]:
         if config.image_size != 28:
             raise BadInputError(f"data.image_size={config.image_size}: MNIST images are 28x28, expected 28")
         x = (images.astype(np.float32) / 255.0)[..., None]
+    elif config.source == "folder":
+        x, labels = load_folder_images(config.folder, config.image_size)
     else:
         x, labels = load_digits_images(config.image_size)
     sizes = [config.n_gm, config.n_am, config.n_attack, config.n_eval]

@@ -1,5 +1,5 @@
 """Objectives: GAN (non-saturating), VAE ELBO, MADE likelihood, DDPM noise prediction, attribution
-cross-entropy, and our reconstruction of the attack's surrogate objective."""
+cross-entropy (the attack objectives live in `attacks.py`)."""
 
 from __future__ import annotations
 
@@ -44,24 +44,3 @@ def ddpm_loss(eps_pred: jax.Array, eps: jax.Array) -> jax.Array:
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
-
-
-def apply_attack(x: jax.Array, f_out: jax.Array, mode: jax.Array | float, scale: jax.Array | float) -> jax.Array:
-    """The two attacks on one network output f(x), clipped to [0, 1]:
-
-    additive (mode 0):       x' = x + s tanh(f(x))
-    multiplicative (mode 1): x' = x * (1 + s tanh(f(x)))
-    mode is a number so both attacks share one compiled program.
-    """
-    delta = scale * jnp.tanh(f_out)
-    gain = mode * x + (1.0 - mode)
-    return jnp.clip(x + delta * gain, 0.0, 1.0)
-
-
-def attack_generator_loss(surrogate_logits_fake: jax.Array, x_adv: jax.Array, x: jax.Array,
-                          fidelity: float) -> tuple[jax.Array, dict]:
-    """Attacker's objective (our reconstruction): attacked pseudo-fakes attributed as real (class 0) by the
-    surrogate attributor, plus fidelity * MSE(x', x)."""
-    fool = cross_entropy(surrogate_logits_fake, jnp.zeros(surrogate_logits_fake.shape[0], jnp.int32))
-    mse = jnp.mean((x_adv - x) ** 2)
-    return fool + fidelity * mse, {"fool": fool, "mse": mse}

@@ -1,5 +1,5 @@
-"""nnx modules: the generator zoo, the FID digit classifier, the attribution models, the attack U-Net, the
-random pseudo-generators of the surrogate objective, and the denoising autoencoder defence.
+"""nnx modules: the generator zoo, the FID digit classifier, the attribution models, the attack U-Net and the
+denoising autoencoder defence (the pseudo-generators are in `traces.py`).
 
 Images are (N, S, S, 1) in [0, 1]; S is divisible by 4 (two 2x up-/down-sampling stages).
 """
@@ -185,33 +185,6 @@ class MLPClassifier(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = (x - jax.lax.stop_gradient(self.input_mean[...])) / jax.lax.stop_gradient(self.input_std[...])
         return self.head(act(self.l2(act(self.l1(x)))))
-
-
-class PseudoGenerator(nnx.Module):
-    """A random, untrained "augmentation generator" (as in POSE): down-sample 2x, a random 3x3 conv, a random
-    2x up-sampling block of one family, a random 3x3 conv. Its output is a content-dependent trace map that
-    simulates a generator's up-sampling fingerprint on a real image; the attack trains against these only."""
-
-    def __init__(self, width: int, family: str, *, rngs: nnx.Rngs):
-        if family not in ("transposed", "nearest", "bilinear"):
-            raise ValueError(f"family={family!r}: expected 'transposed', 'nearest' or 'bilinear'")
-        self.family = family
-        self.c1 = nnx.Conv(1, width, (3, 3), rngs=rngs)
-        if family == "transposed":
-            self.up = nnx.ConvTranspose(width, width, (4, 4), strides=(2, 2), rngs=rngs)
-        else:
-            self.up = nnx.Conv(width, width, (3, 3), rngs=rngs)
-        self.c2 = nnx.Conv(width, 1, (3, 3), rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        h = jnp.tanh(self.c1(ops.avg_pool2(x)))
-        if self.family == "transposed":
-            h = jnp.tanh(self.up(h))
-        else:
-            h = jnp.tanh(self.up(ops.resize(h, x.shape[1], self.family)))
-        r = self.c2(h)
-        r = r - r.mean(axis=(1, 2, 3), keepdims=True)
-        return r / (r.std(axis=(1, 2, 3), keepdims=True) + 1e-6)
 
 
 class DenoisingAE(nnx.Module):

@@ -33,12 +33,12 @@ from . import metrics as M
 from . import ops
 from .configs import ATTRIBUTORS, GENERATORS, AMConfig, AttackConfig, Config, GenConfig
 from .data import load_pools
+from . import attacks as A
+from . import traces
 from .model import (MADE, ConvClassifier, ConvVAE, DCGANGenerator, DenoisingAE, Discriminator, MLPClassifier,
-                    PseudoGenerator, SmallUNet, apply, init, split)
-from core.config import BadInputError
+                    SmallUNet, apply, init, split)
 
 UPSAMPLE = {"dcgan_transposed": "transposed", "dcgan_nearest": "nearest", "dcgan_bilinear": "bilinear"}
-PSEUDO_FAMILIES = ("transposed", "nearest", "bilinear")
 
 
 # --------------------------------------------------------------------------------------------- training loops
@@ -345,122 +345,161 @@ def train_attributors(am: AMConfig, x: np.ndarray, y: np.ndarray, classes: int, 
     return graphdefs, params, losses
 
 
-# --------------------------------------------------------------------------------------------- attack
+# --------------------------------------------------------------------------------------------- attacks
 
-def build_pseudo_generators(attack: AttackConfig, key: jax.Array):
-    """K random, fixed pseudo-generators cycling through the three up-sampling families: [(graphdef, params)],
-    initialised in one jitted program (one compile instead of K)."""
-    def ctor(rngs):
-        return [PseudoGenerator(8, PSEUDO_FAMILIES[k % len(PSEUDO_FAMILIES)], rngs=rngs)
-                for k in range(attack.pseudo_gms)]
-
-    graphdefs = [split(m)[0] for m in nnx.eval_shape(lambda: ctor(nnx.Rngs(0)))]
-    params = jax.jit(lambda k: [split(m)[1] for m in ctor(nnx.Rngs(params=k))])(key)
-    return list(zip(graphdefs, params))
+def build_attack_net(attack: AttackConfig, size: int, key: jax.Array):
+    """(graphdef, params) of a learned attack: {"net": the U-Net f, "map": an image-independent (S, S, 1) map},
+    theta = tanh(f(x) + map) on the budget (`attacks.learned_theta`)."""
+    gf, pf = init(lambda r: SmallUNet(attack.width, rngs=r), key)
+    return gf, {"net": pf, "map": jnp.zeros((size, size, 1))}
 
 
-def pseudo_fakes(pseudo, x: jax.Array, which: jax.Array, beta: float) -> jax.Array:
-    """x with the trace of pseudo-generator `which[i]` (1..K) added: clip(x + beta * r_k(x)), 8-bit."""
-    traces = jnp.stack([apply(gd, p, x) for gd, p in pseudo], axis=0)  # (K, N, S, S, 1)
-    r = jnp.take_along_axis(traces, (which - 1)[None, :, None, None, None], axis=0)[0]
-    return ops.straight_through(x, ops.quantize8(x + beta * r))
+def build_surrogate(attack: AttackConfig, size: int, key: jax.Array):
+    """The black-box attacker's surrogate attributor over {real, pseudo-generator 1..K}."""
+    return init(lambda r: ConvClassifier(attack.surrogate_width, size, attack.pseudo_gms + 1, 64, rngs=r), key)
 
 
-def build_attack(attack: AttackConfig, size: int, key: jax.Array):
-    """(graphdefs, params) of the attack U-Net f and the surrogate attributor S (K + 1 classes)."""
-    k1, k2 = jax.random.split(key)
-    gf, pf = init(lambda r: SmallUNet(attack.width, rngs=r), k1)
-    gs, ps = init(lambda r: ConvClassifier(attack.surrogate_width, size, attack.pseudo_gms + 1, 64, rngs=r), k2)
-    return (gf, gs), {"f": pf, "s": ps}
+def pseudo_batch(attack: AttackConfig, kernels: dict, x: jax.Array, key: jax.Array):
+    """Half real images (class 0), half pseudo-fakes of the other half (class k of pseudo-generator k)."""
+    b = x.shape[0] // 2
+    kw, kn = jax.random.split(key)
+    which = jax.random.randint(kw, (x.shape[0] - b,), 1, attack.pseudo_gms + 1)
+    fakes = traces.fakes(kernels, x[b:], which, kn, attack.pseudo_residue)
+    return jnp.concatenate([x[:b], fakes]), jnp.concatenate([jnp.zeros(b, jnp.int32), which])
 
 
-def make_attack_step(attack: AttackConfig, graphdefs, n: int):
-    """step((params, opt_f, opt_s), key, mode) -> (carry, metrics): one simultaneous update of the attacker f
-    (fool the surrogate on attacked pseudo-fakes + fidelity) and the surrogate S (attribute clean and
-    attacked images to real / pseudo-generator k). Only real images x_real are ever used."""
-    gf, gs = graphdefs
-    tx_f, tx_s = optax.adam(attack.lr), optax.adam(attack.lr)
-    b = attack.batch_size
-
-    def step(carry, key, mode, pseudo, x_real):
-        p, of, os_ = carry
-        ki, kw = jax.random.split(key)
-        x = x_real[jax.random.randint(ki, (2 * b,), 0, n)]
-        which = jax.random.randint(kw, (b,), 1, attack.pseudo_gms + 1)
-        fakes = pseudo_fakes(pseudo, x[b:], which, attack.pseudo_beta)
-        clean = jnp.concatenate([x[:b], fakes])
-        labels = jnp.concatenate([jnp.zeros(b, jnp.int32), which])
-
-        def f_loss(pf):
-            adv = L.apply_attack(clean, apply(gf, pf, clean), mode, attack.eps)
-            loss, aux = L.attack_generator_loss(apply(gs, p["s"], adv[b:]), adv, clean, attack.fidelity)
-            return loss, (adv, aux)
-
-        (lf, (adv, aux)), g_f = jax.value_and_grad(f_loss, has_aux=True)(p["f"])
-
-        def s_loss(ps):
-            both = jnp.concatenate([clean, jax.lax.stop_gradient(adv)])
-            return L.cross_entropy(apply(gs, ps, both), jnp.concatenate([labels, labels]))
-
-        ls, g_s = jax.value_and_grad(s_loss)(p["s"])
-        uf, of = tx_f.update(g_f, of, p["f"])
-        us, os_ = tx_s.update(g_s, os_, p["s"])
-        p = {"f": optax.apply_updates(p["f"], uf), "s": optax.apply_updates(p["s"], us)}
-        return (p, of, os_), {"attacker": lf, "surrogate": ls, **aux}
-
-    def init(params):
-        return params, tx_f.init(params["f"]), tx_s.init(params["s"])
-
-    return init, step
-
-
-def train_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array, show_progress: bool = True):
-    """Train the additive (mode 0) and multiplicative (mode 1) attacks from the same initialisation on the same
-    real batches: one compiled program, run once per mode (the mode is an argument). Vmapping over the mode
-    would batch the convolution weights into grouped convolutions (not timed separately here).
-    Returns (graphdefs, params stacked over the mode, metrics (steps, 2))."""
+def train_surrogate(attack: AttackConfig, x_real: np.ndarray, key: jax.Array, show_progress: bool = True):
+    """Train the surrogate on CLEAN real images and pseudo-fakes of real images only (it is frozen afterwards:
+    the attack never trains it). Returns (graphdef, params, kernels of the pseudo-generators, losses)."""
     size = x_real.shape[1]
-    k_init, k_pseudo, k_train = jax.random.split(key, 3)
-    graphdefs, params = build_attack(attack, size, k_init)
-    pseudo = build_pseudo_generators(attack, k_pseudo)
-    init, step = make_attack_step(attack, graphdefs, x_real.shape[0])
-    pseudo_gds = [gd for gd, _ in pseudo]
+    k_init, k_train = jax.random.split(key)
+    kernels = traces.build(attack.pseudo_gms, attack.pseudo_beta, int(jax.random.randint(key, (), 0, 2**30)))
+    gs, ps = build_surrogate(attack, size, k_init)
+
+    def loss_fn(p, batch, k):
+        xb, yb = pseudo_batch(attack, kernels, batch["image"], k)
+        return L.cross_entropy(apply(gs, p, xb), yb), {}
+
+    ps, losses = make_fit(loss_fn, optax.adam(attack.lr), 2 * attack.batch_size)(
+        ps, {"image": jnp.asarray(x_real)}, k_train, attack.surrogate_steps,
+        desc="surrogate" if show_progress else None)
+    return gs, ps, kernels, losses
+
+
+def radius_of(size: int, psnr: float) -> float:
+    """The L2 radius at which an S x S image sits at `psnr` dB (peak 1): S 10^(-PSNR/20)."""
+    return float(size * 10 ** (-psnr / 20))
+
+
+def train_learned_attacks(attack: AttackConfig, size: int, arrays: dict, make_batch: Callable,
+                          fool_loss: Callable, frozen: Any, steps: int, key: jax.Array, desc: str | None = None):
+    """Train one attack network per reading (same init, same batches) against the frozen model `frozen`.
+
+    make_batch(arrays, idx, key) -> (x, target) builds each batch; fool_loss(frozen, x', target) is minimised.
+    One compiled step serves every reading (the reading is a traced one-hot). Returns (graphdef,
+    {reading: params}, {reading: {"fool": (steps,), "mse": (steps,)}})."""
+    k_init, k_train = jax.random.split(key)
+    gf, p0 = build_attack_net(attack, size, k_init)
+    apply_f = functools.partial(apply, gf)
+    radius = radius_of(size, attack.target_psnr)
+    tx = optax.adam(attack.lr)
+    learned = A.make_learned_step(apply_f, fool_loss, tx, radius, attack.eps, attack.spectral_eps)
+    n = jax.tree.leaves(arrays)[0].shape[0]
 
     @functools.partial(jax.jit, donate_argnums=0)
-    def body(carry, i, pseudo_params, x_real, mode):  # data, pseudo-generators, mode as arguments, not constants
-        return step(carry, jax.random.fold_in(k_train, i), mode, list(zip(pseudo_gds, pseudo_params)), x_real)
+    def body(carry, i, w, frozen, arrays):
+        k = jax.random.fold_in(k_train, i)
+        ki, kb = jax.random.split(k)
+        x, target = make_batch(arrays, jax.random.randint(ki, (attack.batch_size,), 0, n), kb)
+        return learned(carry, x, target, w, frozen)
 
-    def fit(mode):
-        carry = init(jax.tree.map(jnp.array, params))  # a copy: the step donates its carry, both modes start here
-        carry, hist = run_steps(body, carry, attack.steps, pseudo_params, x_real, jnp.float32(mode),
-                                desc=("additive", "multiplicative")[int(mode)] + " attack" if show_progress else None)
-        return carry[0], hist
-
-    pseudo_params, x_real = [p for _, p in pseudo], jnp.asarray(x_real)
-    runs = [fit(mode) for mode in (0.0, 1.0)]
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[trained for trained, _ in runs])
-    hist = jax.tree.map(lambda *a: np.stack(a, axis=1), *[h for _, h in runs])  # (steps, mode)
-    return graphdefs, jax.block_until_ready(stacked), hist
+    params, hist = {}, {}
+    for reading in attack.readings:
+        carry = (jax.tree.map(jnp.array, p0), tx.init(p0))
+        carry, h = run_steps(body, carry, steps, A.one_hot(reading), frozen, arrays,
+                             desc=f"{desc} {reading}" if desc else None)
+        params[reading], hist[reading] = carry[0], h
+    return gf, params, hist
 
 
-def attack_outputs(graphdefs, stacked_params, x: np.ndarray, batch: int) -> np.ndarray:
-    """tanh(f(x)) of both trained attacks: (2, N, S, S, 1); the budget scale is applied afterwards."""
-    fn = _attack_fn(graphdefs[0])
-    return np.moveaxis(batched(lambda xb: np.moveaxis(np.asarray(fn(stacked_params["f"], xb)), 0, 1), x, batch), 1, 0)
+def train_blackbox_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Array, show_progress: bool = True):
+    """The black-box universal attack (our reconstruction): surrogate trained on clean real + pseudo-fakes and
+    frozen, then f per reading trained on pseudo-fakes of REAL images to make the surrogate say "real".
+    Returns {"graphdef", "params" {reading}, "surrogate" (gs, ps, kernels), "history"}."""
+    k_s, k_a = jax.random.split(key)
+    gs, ps, kernels, s_losses = train_surrogate(attack, x_real, k_s, show_progress)
+
+    def make_batch(arrays, idx, k):  # pseudo-fakes only: the attack acts on fakes
+        kw, kn = jax.random.split(k)
+        which = jax.random.randint(kw, idx.shape, 1, attack.pseudo_gms + 1)
+        return traces.fakes(kernels, arrays["image"][idx], which, kn, attack.pseudo_residue), jnp.zeros(idx.shape, jnp.int32)
+
+    def fool(frozen_ps, xa, target):  # the surrogate attributes the attacked pseudo-fake to "real"
+        return L.cross_entropy(apply(gs, frozen_ps, xa), target)
+
+    gf, params, hist = train_learned_attacks(attack, x_real.shape[1], {"image": jnp.asarray(x_real)}, make_batch,
+                                             fool, ps, attack.steps, k_a, "black-box" if show_progress else None)
+    return {"graphdef": gf, "params": params, "surrogate": (gs, ps, kernels),
+            "history": {"surrogate_ce": np.asarray(s_losses), **{f"fool_{r}": h["fool"] for r, h in hist.items()}}}
+
+
+def train_universal_attacks(config: Config, graphdefs: dict, pam: dict, x_fake: np.ndarray, y_fake: np.ndarray,
+                            key: jax.Array, show_progress: bool = True):
+    """The universal white-box attack: f per reading trained on fakes (the attribution-training fakes, never the
+    evaluation ones) to move each real attribution model away from the fake's source (mean over the models)."""
+    block = config.am.dct_block
+
+    def make_batch(arrays, idx, k):
+        return arrays["image"][idx], arrays["label"][idx]
+
+    def fool(frozen, xa, source):
+        return sum(A.leave_source_loss(lg, source) for lg in am_logits(graphdefs, frozen, xa, block).values()) / len(ATTRIBUTORS)
+
+    gf, params, hist = train_learned_attacks(config.attack, x_fake.shape[1],
+                                             {"image": jnp.asarray(x_fake), "label": jnp.asarray(y_fake)},
+                                             make_batch, fool, pam, config.attack.universal_steps, key,
+                                             "universal" if show_progress else None)
+    return {"graphdef": gf, "params": params, "history": {f"fool_{r}": h["fool"] for r, h in hist.items()}}
 
 
 @functools.cache
-def _attack_fn(graphdef):
-    def both(pf, xb):  # unrolled over the two modes, not vmapped over batched conv weights
-        return jnp.stack([jnp.tanh(apply(graphdef, jax.tree.map(lambda a: a[m], pf), xb)) for m in range(2)])
+def _learned_apply(graphdef, radius: float, gain_eps: float, spectral_eps: float):
+    apply_f = functools.partial(apply, graphdef)
 
-    return jax.jit(both)
+    def fn(pf, w, x):
+        return A.attacked(x, A.learned_theta(apply_f, pf, x, w, radius, A.box(w, gain_eps, spectral_eps)), w)
+
+    return jax.jit(fn)
+
+
+def apply_learned(attack: AttackConfig, graphdef, pf: dict, reading: str, x: np.ndarray, batch: int) -> np.ndarray:
+    """The learned attack of one reading applied to images x (8-bit, on the budget)."""
+    fn = _learned_apply(graphdef, radius_of(x.shape[1], attack.target_psnr), attack.eps, attack.spectral_eps)
+    w = A.one_hot(reading)
+    return batched(lambda xb: fn(pf, w, xb), x, batch)
+
+
+def surrogate_report(attack: AttackConfig, bb: dict, x_real: np.ndarray, key: jax.Array, batch: int) -> dict:
+    """The black-box attack against its OWN frozen surrogate on pseudo-fakes of held-out real images: the
+    surrogate's accuracy on clean pseudo-fakes, and per reading its accuracy / "real" rate after the attack."""
+    gs, ps, kernels = bb["surrogate"]
+    which = np.asarray(jax.random.randint(key, (x_real.shape[0],), 1, attack.pseudo_gms + 1))
+    fake = np.asarray(jax.jit(lambda xb, wb, k: traces.fakes(kernels, xb, wb, k, attack.pseudo_residue))(
+        jnp.asarray(x_real), jnp.asarray(which), jax.random.fold_in(key, 1)))
+    predict = jax.jit(lambda xb: jnp.argmax(apply(gs, ps, xb), -1))
+    out = {"clean_acc": float(np.mean(batched(predict, fake, batch) == which)),
+           "real_acc": float(np.mean(batched(predict, x_real, batch) == 0))}
+    for r in attack.readings:
+        pred = batched(predict, apply_learned(attack, bb["graphdef"], bb["params"][r], r, fake, batch), batch)
+        out[r] = {"acc": float(np.mean(pred == which)), "to_real": float(np.mean(pred == 0))}
+    return out
 
 
 def calibrate_scale(x: np.ndarray, t: np.ndarray, mode: float, target_psnr: float, iters: int = 40) -> float:
     """The scale s at which clip(x + s t (mode x + 1 - mode)) has mean PSNR `target_psnr` (bisection on log s).
 
-    t = tanh(f(x)) is fixed, so the perturbation grows monotonically with s."""
+    Kept for the single-scale form x (1 + s tanh f) used before issue 39 (tested); the pipeline now puts every
+    image exactly on the budget during training and evaluation (`attacks.to_budget`)."""
     gain = mode * x + (1.0 - mode)
 
     def mean_psnr(s):
@@ -562,24 +601,27 @@ class Evaluator:
             return jnp.stack([apply(graphdefs[n], pam[n], am_input(n, defended[a], block))
                               for a, n in enumerate(ATTRIBUTORS)])
 
-        def pgd_step(pam, aux, branch, xa, x, y, radius, step_size):
-            return pgd_l2_step(functools.partial(each_model_logits, pam, aux, branch), xa, x, y, radius, step_size)
+        def pgd_step(pam, aux, branch, theta, x, y, w, radius, step_size, bound):
+            return A.pgd_step(functools.partial(each_model_logits, pam, aux, branch), theta, x, y, w, radius,
+                              step_size, bound)
 
         self.radius = radius
         self.preprocess = jax.jit(lambda aux, branch, x: apply_defence(config, branch, x, aux))
         self.predict = jax.jit(predict)
         self._pgd_step = jax.jit(pgd_step)
 
-    def pgd(self, pam, aux, branch, x, y) -> tuple[jax.Array, jax.Array]:
-        """White-box PGD against each attribution model (through the defence), all four in one compiled step
-        (one copy of the images per model): (predictions (N, 4), the attacked images of the first model)."""
+    def pgd(self, pam, aux, branch, x, y, reading: str) -> tuple[jax.Array, jax.Array]:
+        """White-box PGD of one reading against each attribution model (through the defence), all four in one
+        compiled step (one copy of the images per model): (predictions (N, 4), attacked images (4, N, ...))."""
+        a = self.config.attack
         models = len(ATTRIBUTORS)
         xs = jnp.broadcast_to(x, (models, *x.shape))
         ys = jnp.broadcast_to(y, (models, *y.shape))
+        w = A.one_hot(reading)
         step = functools.partial(self._pgd_step, pam, aux, branch)
-        xa = ops.quantize8(pgd_l2(None, xs, ys, self.radius, self.config.attack.pgd_steps, step_fn=step))
-        preds = [self.predict(pam, aux, branch, xa[a])[:, a] for a in range(models)]
-        return jnp.stack(preds, axis=1), xa[0]
+        xa = A.pgd(None, xs, ys, w, self.radius, a.pgd_steps, A.box(w, a.eps, a.spectral_eps), step_fn=step)
+        preds = [self.predict(pam, aux, branch, xa[m])[:, m] for m in range(models)]
+        return jnp.stack(preds, axis=1), xa
 
 
 # --------------------------------------------------------------------------------------------- pipeline
@@ -588,11 +630,6 @@ def _stack_classes(real: np.ndarray, fakes: dict[str, np.ndarray]) -> tuple[np.n
     xs = [real] + [fakes[g] for g in GENERATORS]
     ys = [np.full(len(a), i, np.int32) for i, a in enumerate(xs)]
     return np.concatenate(xs), np.concatenate(ys)
-
-
-def _attack_images(x: np.ndarray, t: np.ndarray, mode: float, scale: float) -> np.ndarray:
-    gain = mode * x + (1.0 - mode)
-    return np.round(np.clip(x + scale * t * gain, 0.0, 1.0) * 255.0) / 255.0
 
 
 def fidelity(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -607,9 +644,26 @@ def _fidelity(x, y):
             "ssim": jnp.mean(M.ssim(x, y)), "ssim_stroke": jnp.mean(M.ssim(x, y, mask))}
 
 
-def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Callable[[str], None] = print
-                       ) -> dict[str, Any]:
-    """The whole benchmark; returns a JSON-able record (tables, per-cell ASR, timings) and writes plots."""
+def spectral_distance(x: np.ndarray, real_spectrum: np.ndarray) -> float:
+    """Mean absolute difference between the mean log-amplitude spectrum of images x and the real one: how much
+    of a generator's spectral trace is left (0 = the mean spectrum of real images)."""
+    return float(np.mean(np.abs(np.asarray(_mean_spectrum(jnp.asarray(x))) - real_spectrum)))
+
+
+_AM_CACHE: dict = {}  # attribution models per defence, reused across runs in one process (`reuse_attributors`)
+
+
+def attack_names(config: Config) -> list[str]:
+    return [f"{k}_{r}" for k in ("pgd", "universal", "blackbox") for r in config.attack.readings] + ["blur", "dct"]
+
+
+def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Callable[[str], None] = print,
+                       reuse_attributors: bool = False) -> dict[str, Any]:
+    """The whole benchmark; returns a JSON-able record (tables, per-cell ASR, timings) and writes plots.
+
+    reuse_attributors: the attribution models of every defence except `retrain` (which depends on the attack)
+    are trained once per process and reused by later runs with the same data / generator / AM / defence config
+    (the benchmark's seeds then vary the attacks and the retrained defence only)."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -623,6 +677,8 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     size = config.data.image_size
     root = jax.random.key(config.gen.seed)
     eb = config.eval_batch
+    ac = config.attack
+    readings = ac.readings
 
     # 1. generator zoo ------------------------------------------------------------------------------
     t0 = time.time()
@@ -636,9 +692,8 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     digit_acc = float(np.mean(head(real_feats) == pools["eval"]["label"]))
     fid_real = M.frechet_distance(batched(feats, pools["am"]["image"], eb), real_feats)
     tick("fid_classifier", t0)
-    # The attack and the denoising AE see real images only, so they train in a background thread while the
-    # generator zoo trains: XLA:CPU compiles on one core, and the other stage's programs use the idle one.
-    attack_cache = workdir / "stage_attack.npz"
+    # The black-box attack and the denoising AE see real images only, so they train in a background thread
+    # while the generator zoo trains: XLA:CPU compiles on one core, and the other stage's programs use the idle one.
     cache = workdir / "stage_generators.npz"  # a rerun in the same workdir resumes after the zoo
     fakes_am, fakes_eval, gen_info = {}, {}, {}
     if cache.exists():  # read (and a damaged cache refused) before the background stage starts
@@ -651,12 +706,15 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         except (OSError, ValueError) as err:
             raise BadInputError(f"{info_path}: a damaged stage record ({type(err).__name__}: {err}); delete it "
                                 f"and {cache.name} to train the generators again") from None
+        if any(len(fakes_am[g]) != config.data.n_am or len(fakes_eval[g]) != config.data.n_eval for g in GENERATORS):
+            raise BadInputError(f"{cache}: holds {len(fakes_am[GENERATORS[0]])} / {len(fakes_eval[GENERATORS[0]])} "
+                                f"fakes per generator; expected data.n_am={config.data.n_am} / "
+                                f"data.n_eval={config.data.n_eval} (delete it to train the generators again)")
         log(f"[deepfake_attack] generators restored from {cache}")
-    attack_outputs_cached = stage_cache(attack_cache, ["t_fake", "t_am"]) if attack_cache.exists() else None
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="real_only")
-    real_only = background.submit(_train_real_only, config, pools, attack_outputs_cached is None, tick)
+    real_only = background.submit(_train_real_only, config, pools, tick)
     background.shutdown(wait=False)
-    for gi, name in enumerate(progress([g for g in GENERATORS if g not in gen_info], desc="generators")):
+    for name in progress([g for g in GENERATORS if g not in gen_info], desc="generators"):
         gi = GENERATORS.index(name)
         t0 = time.time()
         graphdef, params, losses = train_generator(name, config.gen, pools["gm"]["image"], jax.random.fold_in(root, gi))
@@ -679,83 +737,120 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS}, **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
         (workdir / "stage_generators.json").write_text(json.dumps(gen_info))
 
-    # 2. attribution models -------------------------------------------------------------------------
     classes = 1 + len(GENERATORS)
     x_am, y_am = _stack_classes(pools["am"]["image"], fakes_am)
     x_ev, y_ev = _stack_classes(pools["eval"]["image"], fakes_eval)
     fake_ev = y_ev > 0
     x_fake, y_fake = x_ev[fake_ev], y_ev[fake_ev]
+    x_am_fake, y_am_fake = x_am[y_am > 0], y_am[y_am > 0]
+    real_spec = np.asarray(_mean_spectrum(jnp.asarray(pools["eval"]["image"])))
 
-    # 3. attacks, trained on the attack pool (real only) in the background thread ----------------------
-    x_am_fake = x_am[y_am > 0]
-    trained_attack, dae = real_only.result()
-    t0 = time.time()
-    if trained_attack is None:
-        z = attack_outputs_cached
-        t_fake, t_am = z["t_fake"], z["t_am"]
-        att_hist = {k.removeprefix("hist_"): v for k, v in z.items() if k.startswith("hist_")}
-        log(f"[deepfake_attack] attack outputs restored from {attack_cache}")
-    else:
-        att_gd, att_p, att_hist = trained_attack
-        t_fake = attack_outputs(att_gd, att_p, x_fake, eb)
-        t_am = attack_outputs(att_gd, att_p, x_am_fake, eb)
-        np.savez(attack_cache, t_fake=t_fake, t_am=t_am, **{f"hist_{k}": np.asarray(v) for k, v in att_hist.items()})
-    scales = {m: calibrate_scale(x_fake, t_fake[i], float(i), config.attack.target_psnr)
-              for i, m in enumerate(("additive", "multiplicative"))}
-    adv = {m: _attack_images(x_fake, t_fake[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))}
-    reference = jax.jit(lambda xb: (ops.quantize8(ops.gaussian_blur(xb, config.attack.blur_sigma)),
-                                    ops.quantize8(ops.dct_quantize(xb, config.attack.dct_step, config.am.dct_block))))
-    adv["blur"], adv["dct"] = (np.asarray(a) for a in reference(jnp.asarray(x_fake)))
-    fid_rows = {a: fidelity(x_fake, adv[a]) for a in adv}
-    # attacked copies of the attribution-training fakes, for the retraining defence
-    adv_am = [_attack_images(x_am_fake, t_am[i], float(i), scales[m]) for i, m in enumerate(("additive", "multiplicative"))]
-    tick("attack_apply", t0)
-
-    # 4. defences -----------------------------------------------------------------------------------
+    # 2. attribution models without defence, then the universal white-box attack against them ------------------
+    bb, dae = real_only.result()
     profile = jax.jit(ops.amplitude_profile)(pools["am"]["image"])
-
-    radius = float(size * 10 ** (-config.attack.target_psnr / 20))
-    n_pgd = min(config.attack.pgd_per_gm, config.data.n_eval)
-    pgd_idx = np.concatenate([np.flatnonzero(y_fake == g)[:n_pgd] for g in range(1, classes)])
-    x_pgd, y_pgd = x_fake[pgd_idx], y_fake[pgd_idx]
     aux = {"dae": dae[1], "profile": profile}
+    radius = radius_of(size, ac.target_psnr)
     graphdefs, _ = _am_fitter(config.am, size, classes)
     ev = Evaluator(config, graphdefs, radius)
+    am_key = (config.data, config.gen, config.am, config.defence, size)
+
+    def attributors(dname, xs=None, ys=None):
+        ck = (am_key, dname)
+        if reuse_attributors and dname != "retrain" and ck in _AM_CACHE:
+            return _AM_CACHE[ck]
+        branch = jnp.int32(DEFENCE_BRANCH[dname])
+        if xs is None:
+            xs, ys = batched(lambda xb: ev.preprocess(aux, branch, xb), x_am, eb), y_am
+        _, pam, am_losses = train_attributors(config.am, xs, ys, classes, jax.random.key(config.am.seed))
+        out = (pam, float(np.asarray(am_losses)[-50:].mean()))
+        if reuse_attributors and dname != "retrain":
+            _AM_CACHE[ck] = out
+        return out
+
+    t0 = time.time()
+    am_none = attributors("none")
+    tick("attributors_none", t0)
+    t0 = time.time()
+    uni = train_universal_attacks(config, graphdefs, am_none[0], x_am_fake, y_am_fake,
+                                  jax.random.key(ac.seed + 7), show_progress=True)
+    tick("universal_training", t0)
+
+    # 3. attacked evaluation fakes (learned attacks and references) ---------------------------------------------
+    t0 = time.time()
+    adv, adv_am = {}, []
+    for kind, trained in (("universal", uni), ("blackbox", bb)):
+        for r in readings:
+            adv[f"{kind}_{r}"] = apply_learned(ac, trained["graphdef"], trained["params"][r], r, x_fake, eb)
+            adv_am.append(apply_learned(ac, trained["graphdef"], trained["params"][r], r, x_am_fake, eb))
+    reference = jax.jit(lambda xb: (ops.quantize8(ops.gaussian_blur(xb, ac.blur_sigma)),
+                                    ops.quantize8(ops.dct_quantize(xb, ac.dct_step, config.am.dct_block))))
+    refs = [np.asarray(a) for a in zip(*[reference(jnp.asarray(x_fake[i:i + eb])) for i in range(0, len(x_fake), eb)])]
+    adv["blur"], adv["dct"] = (np.concatenate(r) for r in refs)
+    fid_rows = {a: fidelity(x_fake, adv[a]) for a in adv}
+    surrogate = surrogate_report(ac, bb, pools["eval"]["image"], jax.random.key(ac.seed + 11), eb)
+    tick("attack_apply", t0)
+
+    # 4. defences: each defended attribution model (re)trained; PGD adapts to it --------------------------------
+    n_pgd = min(ac.pgd_per_gm, config.data.n_eval)
+    pgd_idx = np.concatenate([np.flatnonzero(y_fake == g)[:n_pgd] for g in range(1, classes)])
+    x_pgd, y_pgd = x_fake[pgd_idx], y_fake[pgd_idx]
     results: dict[str, Any] = {}
     am_info: dict[str, Any] = {}
+    pgd_images: dict[str, np.ndarray] = {}
     for di, dname in enumerate(progress(config.defence.defences, desc="defences")):
         t0 = time.time()
         branch = jnp.int32(DEFENCE_BRANCH[dname])
-        if dname == "retrain":
-            xs = np.concatenate([x_am, *adv_am])
-            ys = np.concatenate([y_am, y_am[y_am > 0], y_am[y_am > 0]])
+        if dname == "none":
+            pam, am_loss = am_none
+        elif dname == "retrain":  # the defender retrains on fakes attacked by every learned attack
+            pam, am_loss = attributors(dname, np.concatenate([x_am, *adv_am]),
+                                       np.concatenate([y_am] + [y_am_fake] * len(adv_am)))
         else:
-            xs = batched(lambda xb: ev.preprocess(aux, branch, xb), x_am, eb)
-            ys = y_am
-        _, pam, am_losses = train_attributors(config.am, xs, ys, classes, jax.random.key(config.am.seed))
+            pam, am_loss = attributors(dname)
         predict = lambda xb: ev.predict(pam, aux, branch, xb)  # noqa: E731
         pred_ev = batched(predict, x_ev, eb)  # (N, 4)
         clean_acc = {a: float(np.mean(pred_ev[:, i] == y_ev)) for i, a in enumerate(ATTRIBUTORS)}
         pred_clean = pred_ev[fake_ev]
-        am_info[dname] = {"clean_acc": clean_acc, "final_loss": float(np.asarray(am_losses)[-50:].mean())}
+        am_info[dname] = {"clean_acc": clean_acc, "final_loss": am_loss}
         rows = {aname: _asr_table(pred_clean, batched(predict, xa, eb), y_fake) for aname, xa in adv.items()}
-        # white-box PGD per attribution model (upper bound), on the first n_pgd fakes of each generator
-        outs = [ev.pgd(pam, aux, branch, x_pgd[i:i + eb], y_pgd[i:i + eb]) for i in range(0, len(pgd_idx), eb)]
-        pgd_preds = np.concatenate([np.asarray(o[0]) for o in outs])
-        if di == 0:
-            fid_rows["pgd"] = fidelity(x_pgd, np.concatenate([np.asarray(o[1]) for o in outs]))
-        rows["pgd"] = _asr_table(pred_clean[pgd_idx], pgd_preds, y_pgd)
-        results[dname] = rows
+        for r in readings:  # white-box PGD per model and reading, on the first n_pgd fakes of each generator
+            outs = [ev.pgd(pam, aux, branch, x_pgd[i:i + eb], y_pgd[i:i + eb], r) for i in range(0, len(pgd_idx), eb)]
+            preds = np.concatenate([np.asarray(o[0]) for o in outs])
+            if di == 0:
+                pgd_images[r] = np.concatenate([np.asarray(o[1]) for o in outs], axis=1)  # (models, N, ...)
+                fid_rows[f"pgd_{r}"] = fidelity(x_pgd, pgd_images[r][0])
+            rows[f"pgd_{r}"] = _asr_table(pred_clean[pgd_idx], preds, y_pgd)
+        results[dname] = {a: rows[a] for a in attack_names(config)}
         tick(f"defence_{dname}", t0)
 
-    # 5. tables, plots ------------------------------------------------------------------------------
+    # 5. spectral traces: distance of each generator's (attacked) fakes' mean spectrum to the real one ----------
+    spec = {"clean": {}, **{a: {} for a in adv}, **{f"pgd_{r}": {} for r in readings}}
+    for gi, g in enumerate(GENERATORS):
+        sel = y_fake == gi + 1
+        spec["clean"][g] = spectral_distance(x_fake[sel], real_spec)
+        for a, xa in adv.items():
+            spec[a][g] = spectral_distance(xa[sel], real_spec)
+        for r in readings:  # PGD images against the pixel CNN (model 0)
+            spec[f"pgd_{r}"][g] = spectral_distance(pgd_images[r][0][y_pgd == gi + 1], real_spec)
+
+    # 6. tables, plots ------------------------------------------------------------------------------
     table = {d: {a: results[d][a]["mean"] for a in results[d]} for d in results}
-    _plots(workdir, config, x_fake, y_fake, adv, table)
+    history = {**{f"blackbox_{k}": np.asarray(v) for k, v in bb["history"].items()},
+               **{f"universal_{k}": np.asarray(v) for k, v in uni["history"].items()}}
+    _plots(workdir, config, x_fake, y_fake, adv, table, pools["eval"]["image"], bb, history)
     wall = time.time() - t_start
     return {"generators": gen_info, "fid_real_vs_real": fid_real, "digit_classifier_acc": digit_acc,
-            "attributors": am_info, "scales": scales, "fidelity": fid_rows, "asr": results, "table": table,
-            "attack_history": {k: np.asarray(v)[-50:].mean(axis=0).tolist() for k, v in att_hist.items()},
+            "attributors": am_info, "fidelity": fid_rows, "asr": results, "table": table,
+            "spectral_distance": spec, "surrogate": surrogate,
+            "attack_history": {k: _curve(v) for k, v in history.items()},
             "timings": timings, "wall_seconds": wall}
+
+
+def _curve(v: np.ndarray, points: int = 20) -> dict[str, list[float]]:
+    """A training curve as `points` window means (first and last window included) and its step indices."""
+    v = np.asarray(v, np.float64).reshape(len(v), -1).mean(axis=1)
+    chunks = np.array_split(np.arange(len(v)), min(points, len(v)))
+    return {"step": [int(c[-1]) for c in chunks], "mean": [float(v[c].mean()) for c in chunks]}
 
 
 def stage_cache(path: pathlib.Path, keys: list[str]) -> dict[str, np.ndarray]:
@@ -774,15 +869,13 @@ def stage_cache(path: pathlib.Path, keys: list[str]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _train_real_only(config: Config, pools: dict, train_attack: bool, tick: Callable[[str, float], None]):
-    """The stages that never see a fake: the two attacks (unless their outputs are cached) and the denoising-AE
-    purifier. Returns ((graphdefs, params, history) or None, (graphdef, params) of the DAE)."""
+def _train_real_only(config: Config, pools: dict, tick: Callable[[str, float], None]):
+    """The stages that never see a fake of the zoo: the black-box attack (surrogate, then one network per
+    reading) and the denoising-AE purifier. Returns (black-box record, (graphdef, params) of the DAE)."""
     t0 = time.time()
-    trained_attack = None
-    if train_attack:
-        trained_attack = train_attacks(config.attack, pools["attack"]["image"], jax.random.key(config.attack.seed),
-                                       show_progress=False)
-        tick("attack_training", t0)
+    bb = train_blackbox_attacks(config.attack, pools["attack"]["image"], jax.random.key(config.attack.seed),
+                                show_progress=False)
+    tick("blackbox_training", t0)
     t0 = time.time()
     if "dae" in config.defence.defences:
         dae = train_dae(pools["attack"]["image"], config.defence.dae_noise, config.defence.dae_steps,
@@ -790,7 +883,7 @@ def _train_real_only(config: Config, pools: dict, train_attack: bool, tick: Call
     else:  # its branch is still traced by the shared defence program, so it needs parameters, not training
         dae = init(lambda r: DenoisingAE(16, rngs=r), jax.random.key(config.defence.seed))
     tick("dae_training", t0)
-    return trained_attack, dae
+    return bb, dae
 
 
 def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray) -> dict[str, Any]:
@@ -808,32 +901,77 @@ def _mean_spectrum(x):
     return ops.log_spectrum(x).mean(0)
 
 
-def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table) -> None:
+def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_real, bb, history) -> None:
     import matplotlib.pyplot as plt
 
-    # samples: one fake per generator, clean / additive / multiplicative, and the mean log-spectra
+    readings = config.attack.readings
+    # samples: one fake per generator, clean and each black-box reading, and the mean log-spectra
     idx = [int(np.flatnonzero(y_fake == g + 1)[0]) for g in range(len(GENERATORS))]
-    rows = [("clean", x_fake), ("additive", adv["additive"]), ("multiplicative", adv["multiplicative"])]
-    fig, axes = plt.subplots(6, len(GENERATORS), figsize=(1.6 * len(GENERATORS), 10))
+    rows = [("clean", x_fake)] + [(r, adv[f"blackbox_{r}"]) for r in readings]
+    nr = len(rows)
+    fig, axes = plt.subplots(2 * nr, len(GENERATORS), figsize=(1.6 * len(GENERATORS), 1.7 * 2 * nr), squeeze=False)
     for r, (label, xs) in enumerate(rows):
         for g, i in enumerate(idx):
             axes[r, g].imshow(xs[i, ..., 0], cmap="gray", vmin=0, vmax=1)
             sel = y_fake == g + 1
             spec = np.asarray(_mean_spectrum(jnp.asarray(xs[sel][:200])))
-            axes[3 + r, g].imshow(spec, cmap="magma")
-            for a in (axes[r, g], axes[3 + r, g]):
+            axes[nr + r, g].imshow(spec, cmap="magma")
+            for a in (axes[r, g], axes[nr + r, g]):
                 a.set_xticks([])
                 a.set_yticks([])
             if r == 0:
                 axes[r, g].set_title(GENERATORS[g], fontsize=7)
-        axes[r, 0].set_ylabel(label, fontsize=8)
-        axes[3 + r, 0].set_ylabel(f"log|F| {label}", fontsize=7)
+        axes[r, 0].set_ylabel(label, fontsize=7)
+        axes[nr + r, 0].set_ylabel(f"log|F| {label}", fontsize=6)
+    fig.suptitle("black-box attack (our reconstruction) at matched PSNR", fontsize=8)
     fig.tight_layout()
     fig.savefig(workdir / "samples_and_spectra.png", dpi=100)
     plt.close(fig)
+
+    # mean spectra: real, each generator, each pseudo-generator family (the traces the attack trains against)
+    gs, ps, kernels = bb["surrogate"]
+    xr = jnp.asarray(x_real[:200])
+    pseudo = [np.asarray(traces.fakes(kernels, xr, jnp.full((xr.shape[0],), k + 1), jax.random.key(k),
+                                      config.attack.pseudo_residue)) for k in range(min(len(traces.FAMILIES), config.attack.pseudo_gms))]
+    panels = ([("real", x_real[:200])] + [(g, x_fake[y_fake == gi + 1][:200]) for gi, g in enumerate(GENERATORS)]
+              + [(f"pseudo {traces.FAMILIES[int(kernels['family'][k])]}", p) for k, p in enumerate(pseudo)])
+    real_spec = np.asarray(_mean_spectrum(jnp.asarray(x_real[:200])))
+    fig, axes = plt.subplots(2, len(panels), figsize=(1.5 * len(panels), 3.2), squeeze=False)
+    for j, (label, xs) in enumerate(panels):
+        s = np.asarray(_mean_spectrum(jnp.asarray(xs)))
+        axes[0, j].imshow(s, cmap="magma")
+        axes[1, j].imshow(s - real_spec, cmap="RdBu_r", vmin=-2, vmax=2)
+        axes[0, j].set_title(label, fontsize=6)
+        for a in axes[:, j]:
+            a.set_xticks([])
+            a.set_yticks([])
+    axes[0, 0].set_ylabel("mean log|F|", fontsize=6)
+    axes[1, 0].set_ylabel("minus real", fontsize=6)
+    fig.tight_layout()
+    fig.savefig(workdir / "mean_spectra.png", dpi=110)
+    plt.close(fig)
+
+    # training curves: the surrogate's CE (clean training, then frozen) and each attack network's fool loss
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    axes[0].plot(history["blackbox_surrogate_ce"])
+    axes[0].set_title("surrogate CE (clean real + pseudo-fakes)", fontsize=8)
+    for r in readings:
+        axes[1].plot(history[f"blackbox_fool_{r}"], label=r)
+        axes[2].plot(history[f"universal_fool_{r}"], label=r)
+    axes[1].set_title("black-box fool CE (frozen surrogate -> real)", fontsize=8)
+    axes[2].set_title("universal white-box fool loss (-log(1 - p_source))", fontsize=8)
+    for a in axes:
+        a.set_xlabel("step")
+        a.set_yscale("log")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(workdir / "attack_training.png", dpi=100)
+    plt.close(fig)
+
     bar_plot(workdir / "asr_by_defence.png",
-             {f"{a[:4]}/{d}": table[d][a]["asr"] for d in table for a in ("additive", "multiplicative")},
-             title=f"ASR at PSNR {config.attack.target_psnr} dB (add / mult) per defence", ylabel="ASR")
+             {f"{a.replace('blackbox_', 'bb ').replace('universal_', 'uni ')}/{d}": table[d][a]["asr"]
+              for d in table for a in table[d] if not a.startswith("pgd")},
+             title=f"ASR at PSNR {config.attack.target_psnr} dB per attack / defence", ylabel="ASR")
 
 
 def run(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
@@ -850,5 +988,9 @@ def run(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
         metrics[f"clean_acc_min/{d}"] = min(info["clean_acc"].values())
     for g, info in record["generators"].items():
         metrics[f"fid/{g}"] = info["fid"]
+    for r, v in record["surrogate"].items():
+        if isinstance(v, dict):
+            metrics[f"surrogate_acc/{r}"] = v["acc"]
+    metrics["surrogate_acc/clean"] = record["surrogate"]["clean_acc"]
     write_metrics(workdir, metrics)
     return metrics

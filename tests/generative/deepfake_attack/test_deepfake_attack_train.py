@@ -1,5 +1,5 @@
 """Attribution models learn a 3-class toy attribution; a sharded attribution step equals the single-device
-one; the attack trainer runs (vmapped additive + multiplicative); data pools and config errors."""
+one; data pools and config errors (the attack trainers: test_deepfake_attack_attacks)."""
 
 import dataclasses
 
@@ -76,18 +76,6 @@ def test_sharded_attribution_step_equals_single_device():
     assert float(m8["loss"]) == pytest.approx(float(m1["loss"]), rel=1e-5)
 
 
-def test_attack_training_runs_for_both_modes_from_real_images():
-    cfg = configs.AttackConfig(width=4, steps=4, batch_size=4, pseudo_gms=3, surrogate_width=4)
-    x, _ = load_digits_images(8)
-    graphdefs, stacked, hist = T.train_attacks(cfg, x[:64], jax.random.key(0))
-    assert hist["attacker"].shape == (4, 2) and np.isfinite(np.asarray(hist["attacker"])).all()
-    # the two attacks started from the same weights and have moved apart
-    w = jax.tree.leaves(stacked["f"])[0]
-    assert w.shape[0] == 2 and not np.allclose(np.asarray(w[0]), np.asarray(w[1]))
-    t = T.attack_outputs(graphdefs, stacked, x[:5], 4)
-    assert t.shape == (2, 5, 8, 8, 1) and np.abs(t).max() <= 1.0
-
-
 def test_pools_are_disjoint_and_errors_name_the_value():
     cfg = configs.tiny().data
     pools = load_pools(cfg)
@@ -100,5 +88,9 @@ def test_pools_are_disjoint_and_errors_name_the_value():
         apply_overrides(configs.tiny(), ["data.image_size=30"])
     with pytest.raises(ConfigError, match="attack.eps=1.5"):
         apply_overrides(configs.tiny(), ["attack.eps=1.5"])
+    with pytest.raises(ConfigError, match="attack.readings"):
+        apply_overrides(configs.tiny(), ["attack.readings=['mult']"])
+    with pytest.raises(ValueError, match="data.folder"):
+        load_pools(configs.DataConfig(source="folder", folder="/nonexistent", image_size=16))
     with pytest.raises(ConfigError, match="defence.defences"):
         configs.DefenceConfig(defences=("blur",))
