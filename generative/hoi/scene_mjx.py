@@ -1,0 +1,167 @@
+"""The MJX scene (optional extra `hoi`: mujoco, mujoco-mjx): the 2D scene's layout in MuJoCo, top-down with
+gravity off: a torso (a sphere) on two slide joints with a 2-link arm (shoulder and elbow hinges about z, a sphere hand),
+a box on two slide joints (dynamic), a table (a static box) and a door on a hinge with joint limits
+(articulated); joint damping stands in for floor friction. Four motors (torso x / y force, two joint torques).
+There is no gripper here (the 2D scene's grasp has no MJX counterpart yet).
+
+`features(data)` gives the reward compiler's Features from qpos / qvel with the same geometry as scene2d (grip
+always 0), so a compiled RMD plan scores MJX states too. `make_step(model, n_envs)` is the vmapped, jitted
+step; `data.time` is promoted to a strongly typed float32 so the step compiles once, not twice (mujoco#2306),
+and `enable_compilation_cache()` turns on JAX's persistent cache (a second process compiles in seconds).
+
+    python -m generative.hoi.scene_mjx --envs 256 --steps 50     # prints one JSON line: steps/s, compile time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from generative.hoi import scene2d as s2
+
+XML = f"""
+<mujoco model="hoi_rmd_lite">
+  <compiler angle="radian"/>
+  <option timestep="0.01" gravity="0 0 0" iterations="4" ls_iterations="8"/>
+  <default>
+    <geom contype="1" conaffinity="1" friction="0.5 0.01 0.001" solref="0.02 1"/>
+  </default>
+  <worldbody>
+    <geom name="table" type="box" pos="{s2.TABLE_C[0]} {s2.TABLE_C[1]} 0" size="{s2.TABLE_H[0]} {s2.TABLE_H[1]} 0.1"/>
+    <body name="torso" pos="0 0 0">
+      <joint name="tx" type="slide" axis="1 0 0" damping="{s2.DAMP_TORSO * s2.M_TORSO}"/>
+      <joint name="ty" type="slide" axis="0 1 0" damping="{s2.DAMP_TORSO * s2.M_TORSO}"/>
+      <geom name="torso" type="sphere" size="{s2.R_TORSO}" mass="{s2.M_TORSO}"/>
+      <body name="upper" pos="0 0 0">
+        <joint name="shoulder" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}" armature="{s2.I_JOINT}"/>
+        <geom type="capsule" fromto="0 0 0.15 {s2.L1} 0 0.15" size="0.03" mass="0.1" contype="0" conaffinity="0"/>
+        <body name="fore" pos="{s2.L1} 0 0">
+          <joint name="elbow" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}" armature="{s2.I_JOINT}"/>
+          <geom type="capsule" fromto="0 0 0.15 {s2.L2} 0 0.15" size="0.03" mass="0.1" contype="0" conaffinity="0"/>
+          <geom name="hand" type="sphere" pos="{s2.L2} 0 0" size="{s2.R_HAND}" mass="0.1"/>
+          <site name="hand" pos="{s2.L2} 0 0"/>
+        </body>
+      </body>
+    </body>
+    <body name="box" pos="0 0 0">
+      <joint name="bx" type="slide" axis="1 0 0" damping="{s2.DAMP_FLOOR * s2.M_BOX}"/>
+      <joint name="by" type="slide" axis="0 1 0" damping="{s2.DAMP_FLOOR * s2.M_BOX}"/>
+      <geom name="box" type="box" size="{s2.R_BOX} {s2.R_BOX} 0.1" mass="{s2.M_BOX}"/>
+    </body>
+    <body name="door" pos="{s2.HINGE[0]} {s2.HINGE[1]} 0">
+      <joint name="hinge" type="hinge" axis="0 0 1" range="0 {s2.DOOR_MAX}" limited="true"
+             damping="{s2.DAMP_DOOR}"/>
+      <geom name="panel" type="box" pos="{s2.DOOR_LEN / 2} 0 0" size="{s2.DOOR_LEN / 2} 0.02 0.1" mass="1"/>
+      <geom name="handle" type="sphere" pos="{s2.HANDLE_AT} 0.05 0" size="{s2.R_HANDLE}" mass="0.05"/>
+    </body>
+  </worldbody>
+  <contact>
+    <exclude body1="torso" body2="fore"/>
+  </contact>
+  <actuator>
+    <motor joint="tx" gear="{s2.F_TORSO}" ctrlrange="-1 1"/>
+    <motor joint="ty" gear="{s2.F_TORSO}" ctrlrange="-1 1"/>
+    <motor joint="shoulder" gear="{s2.TAU_JOINT}" ctrlrange="-1 1"/>
+    <motor joint="elbow" gear="{s2.TAU_JOINT}" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+# qpos layout: torso x, y, shoulder, elbow, box x, y, door hinge
+Q_TORSO, Q_ARM, Q_BOX, Q_DOOR = slice(0, 2), slice(2, 4), slice(4, 6), 6
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> pathlib.Path:
+    """JAX's persistent compilation cache at `path` (default $ICLR26_JAX_CACHE or ~/.cache/iclr26/jax)."""
+    path = pathlib.Path(path or os.environ.get("ICLR26_JAX_CACHE", pathlib.Path.home() / ".cache/iclr26/jax"))
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return path
+
+
+def load_model():
+    """(mujoco.MjModel, mjx.Model) of the scene."""
+    import mujoco
+    from mujoco import mjx
+
+    mj = mujoco.MjModel.from_xml_string(XML)
+    return mj, mjx.put_model(mj)
+
+
+def promote_time(data):
+    """`data.time` as a strongly typed float32 (a weak-typed scalar makes the first step compile twice)."""
+    return data.replace(time=jnp.asarray(data.time, jnp.float32))
+
+
+def reset(model, key: jax.Array):
+    """One start state like scene2d.reset: torso, box and arm pose drawn the same way."""
+    from mujoco import mjx
+
+    p = s2.reset(key)
+    qpos = jnp.concatenate([p.torso_p, p.q, p.box_p, jnp.zeros(1)])
+    data = mjx.make_data(model)
+    return promote_time(data.replace(qpos=qpos.astype(data.qpos.dtype)))
+
+
+def make_step(model, *, frame_skip: int = 5):
+    """jit(vmap(step)): (batched data, actions (N, 4)) -> data after frame_skip physics steps (0.05 s)."""
+    from mujoco import mjx
+
+    def one(data, action):
+        data = data.replace(ctrl=jnp.clip(action, -1.0, 1.0).astype(data.ctrl.dtype))
+        return jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(model, d), data)
+
+    return jax.jit(jax.vmap(one))
+
+
+def features(data) -> s2.Features:
+    """The reward compiler's Features from one MJX data (qpos / qvel; the same geometry as scene2d)."""
+    q, v = data.qpos, data.qvel
+    phys = s2.Phys(torso_p=q[Q_TORSO], torso_v=v[Q_TORSO], q=q[Q_ARM], qd=v[Q_ARM], box_p=q[Q_BOX],
+                   box_v=v[Q_BOX], box_up=jnp.zeros(()), door=q[Q_DOOR], door_v=v[Q_DOOR], grip_box=jnp.zeros(()),
+                   grip_handle=jnp.zeros(()))
+    return s2.features(phys)
+
+
+def benchmark(n_envs: int, steps: int, *, cache: bool = True) -> dict:
+    """Compile time and env steps/s of the vmapped step over random actions."""
+    if cache:
+        enable_compilation_cache()
+    _, model = load_model()
+    keys = jax.random.split(jax.random.key(0), n_envs)
+    data = jax.jit(jax.vmap(lambda k: reset(model, k)))(keys)
+    step = make_step(model)
+    actions = jax.random.uniform(jax.random.key(1), (steps, n_envs, 4), minval=-1, maxval=1)
+    t0 = time.perf_counter()
+    data = jax.block_until_ready(step(data, actions[0]))
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data = jax.block_until_ready(step(data, actions[1]))
+    second = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(2, steps):
+        data = step(data, actions[i])
+    jax.block_until_ready(data)
+    run_s = time.perf_counter() - t0
+    feats = jax.vmap(features)(data)
+    finite = bool(np.all(np.isfinite(np.asarray(data.qpos))) and np.all(np.isfinite(np.asarray(feats.gap))))
+    return {"n_envs": n_envs, "steps": steps, "compile_seconds": compile_s, "second_call_seconds": second,
+            "env_steps_per_second": n_envs * (steps - 2) / run_s, "physics_dt": 0.01, "frame_skip": 5,
+            "compiles": int(step._cache_size()), "finite": finite,
+            "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--envs", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--no-cache", action="store_true")
+    a = ap.parse_args()
+    print(json.dumps(benchmark(a.envs, a.steps, cache=not a.no_cache)), flush=True)
