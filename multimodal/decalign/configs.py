@@ -49,6 +49,8 @@ class DataConfig:
     # unaligned generator (the layout of MMSA's unaligned_*.pkl): audio and vision get their own padded lengths
     # and a per-clip length drawn uniformly in [max/2, max] (written as audio_lengths / vision_lengths)
     unaligned: bool = False
+    # "bert": the text input is MMSA's `text_bert` (token ids, mask, segments), encoded by model.text_encoder
+    text_input: Literal["features", "bert"] = "features"
     seq_len_audio: int = 0  # 0 = seq_len
     seq_len_vision: int = 0  # 0 = seq_len
 
@@ -62,6 +64,7 @@ class DataConfig:
         check(0.0 <= self.heterogeneity <= 1.0, "data.heterogeneity", self.heterogeneity, "a number in [0, 1]")
         check(self.noise >= 0.0, "data.noise", self.noise, "a number >= 0")
         check(0.0 <= self.round_fraction <= 1.0, "data.round_fraction", self.round_fraction, "a number in [0, 1]")
+        check(self.text_input in ("features", "bert"), "data.text_input", self.text_input, "'features' or 'bert'")
         for name in ("seq_len_audio", "seq_len_vision"):
             check(getattr(self, name) >= 0, f"data.{name}", getattr(self, name), "an integer >= 0 (0 = data.seq_len)")
 
@@ -83,6 +86,9 @@ class ModelConfig:
     attn_dropout: tuple[float, float, float] = (0.0, 0.0, 0.0)  # attention-weight dropout per target modality
     relu_dropout: float = 0.0  # dropout on the feed-forward's hidden ReLU units
     embed_dropout: float = 0.0  # dropout on the positional-encoded transformer inputs
+    # a HuggingFace BERT folder (config.json + model.safetensors): encodes token ids (data.text_input="bert") and
+    # is fine-tuned with the model
+    text_encoder: str = ""
     def __post_init__(self):
         check(self.d_model >= 1, "model.d_model", self.d_model, "an integer >= 1")
         check(self.num_heads >= 1 and self.d_model % self.num_heads == 0, "model.num_heads", self.num_heads,
@@ -183,6 +189,8 @@ class Config:
               self.variants, f"a non-empty tuple of {', '.join(VARIANTS)}")
         check(self.batch_ok(), "train.batch_size", self.train.batch_size,
               f"at most data.n_train={self.data.n_train} and >= loss.num_prototypes={self.loss.num_prototypes}")
+        check((self.data.text_input == "bert") == bool(self.model.text_encoder), "model.text_encoder",
+              self.model.text_encoder, "a BERT folder exactly when data.text_input='bert'")
         check((self.loss.task == "ce") == (self.model.num_outputs > 1), "model.num_outputs", self.model.num_outputs,
               "1 with a regression task (mse/l1) and the number of classes with loss.task='ce'")
 

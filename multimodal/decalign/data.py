@@ -36,10 +36,24 @@ def _fail(path, where: str, msg: str):
     raise DataSchemaError(f"{path}: {where}: {msg}")
 
 
-def check_split(split: Mapping, *, name: str, path: str = "<dict>", task: str = "regression") -> dict[str, np.ndarray]:
-    """Validate one split and return float32 text/audio/vision, float32 `labels` (N,) or int32 classes."""
+def check_split(split: Mapping, *, name: str, path: str = "<dict>", task: str = "regression",
+                text_input: str = "features") -> dict[str, np.ndarray]:
+    """Validate one split and return float32 text/audio/vision, float32 `labels` (N,) or int32 classes.
+
+    With `text_input="bert"` the text is MMSA's `text_bert` (N, 3, L) returned as (N, L, 3): token id, mask,
+    segment id per position (float32, exact for any vocabulary below 2^24)."""
     if not isinstance(split, Mapping):
         _fail(path, name, f"expected a dict of arrays, got {type(split).__name__}")
+    if text_input == "bert":
+        if "text_bert" not in split:
+            _fail(path, name, f"missing key 'text_bert' (has {sorted(split)}); expected MMSA's token ids (N, 3, L) "
+                  "with data.text_input='bert'")
+        tb = np.asarray(split["text_bert"])
+        if tb.ndim != 3 or tb.shape[1] != 3:
+            _fail(path, f"{name}.text_bert", f"shape {tb.shape}: expected (N, 3, L) (token ids, mask, segment ids)")
+        if not np.all(tb == np.round(tb)) or tb.min(initial=0) < 0:
+            _fail(path, f"{name}.text_bert", "expected non-negative integer ids, masks and segment ids")
+        split = {**split, "text": np.transpose(tb, (0, 2, 1))}
     label_key = "regression_labels" if task == "regression" else "classification_labels"
     for key in (*MODALITIES, label_key):
         if key not in split:
@@ -111,7 +125,8 @@ def _lengths(split: Mapping, m: str, key: str, n: int, full: int, name: str, pat
     return np.maximum(raw.astype(np.int32), 1)
 
 
-def load_mmsa(path: str | os.PathLike, *, task: str = "regression") -> dict[str, dict[str, np.ndarray]]:
+def load_mmsa(path: str | os.PathLike, *, task: str = "regression",
+              text_input: str = "features") -> dict[str, dict[str, np.ndarray]]:
     """Read an MMSA pickle and return {split: {"text", "audio", "vision", "labels"}} after the schema check."""
     path = pathlib.Path(path)
     if not path.exists():
@@ -130,7 +145,7 @@ def load_mmsa(path: str | os.PathLike, *, task: str = "regression") -> dict[str,
     for s in SPLITS:
         if s not in raw:
             _fail(path, "top level", f"missing split {s!r} (has {sorted(raw)}); expected {', '.join(SPLITS)}")
-    data = {s: check_split(raw[s], name=s, path=str(path), task=task) for s in SPLITS}
+    data = {s: check_split(raw[s], name=s, path=str(path), task=task, text_input=text_input) for s in SPLITS}
     dims = {m: data["train"][m].shape[2] for m in MODALITIES}
     for s in SPLITS[1:]:
         for m in MODALITIES:
@@ -252,7 +267,7 @@ def prepare(config, workdir: str | os.PathLike) -> dict[str, dict[str, np.ndarra
     """The data of a run: a user's pickle, or the synthetic generator's pickle written to `workdir` and reloaded."""
     task = "classification" if config.loss.task == "ce" else "regression"
     if config.data.source == "pickle":
-        return load_mmsa(config.data.path, task=task)
+        return load_mmsa(config.data.path, task=task, text_input=config.data.text_input)
     d = config.data
     raw = generate(n_train=d.n_train, n_valid=d.n_valid, n_test=d.n_test, seq_len=d.seq_len, dim_text=d.dim_text,
                    dim_audio=d.dim_audio, dim_vision=d.dim_vision, shared_dim=d.shared_dim, unique_dim=d.unique_dim,
@@ -260,7 +275,7 @@ def prepare(config, workdir: str | os.PathLike) -> dict[str, dict[str, np.ndarra
                    unaligned=d.unaligned, seq_len_audio=d.seq_len_audio, seq_len_vision=d.seq_len_vision)
     tag = "_unaligned" if d.unaligned else ""
     path = write_mmsa(raw, pathlib.Path(workdir) / f"synthetic_h{d.heterogeneity:g}_s{d.seed}{tag}.pkl")
-    data = load_mmsa(path, task=task)
+    data = load_mmsa(path, task=task, text_input=d.text_input)
     for s in SPLITS:  # the generating latents travel with the synthetic data (the oracles read them)
         data[s].update({k: v for k, v in raw[s].items() if k.startswith("latent_") or k == "clean_labels"})
     return data

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from .bert import BertConfig, BertEncoder
 from .configs import ModelConfig
 
 MODALITIES = ("text", "audio", "vision")
@@ -143,6 +144,10 @@ class DecAlign(nnx.Module):
     def __init__(self, config: ModelConfig, input_dims: tuple[int, int, int], *, rngs: nnx.Rngs):
         d = config.d_model
         self.config = config
+        if config.text_encoder:  # token ids in, BERT features out: the projection sees BERT's hidden size
+            bert = BertConfig.from_hf(config.text_encoder)
+            self.text_encoder = BertEncoder(bert, rngs=rngs)
+            input_dims = (bert.hidden_size, *input_dims[1:])
         # Conv1d with kernel 1 == a per-timestep linear map (no bias, as the reference).
         self.proj = nnx.List([nnx.Linear(di, d, use_bias=False, rngs=rngs) for di in input_dims])
         self.unique = nnx.List([nnx.Linear(d, d, use_bias=False, rngs=rngs) for _ in input_dims])
@@ -161,7 +166,10 @@ class DecAlign(nnx.Module):
 
     def __call__(self, text: jax.Array, audio: jax.Array, vision: jax.Array, key: jax.Array | None = None,
                  lengths: jax.Array | None = None) -> dict:
-        """lengths: (3, B) valid lengths of text, audio, vision (None = every position is valid)."""
+        """lengths: (3, B) valid lengths of text, audio, vision (None = every position is valid). With a text
+        encoder, text is (B, L, 3) token ids, mask and segment ids."""
+        if self.config.text_encoder:
+            text = self.text_encoder(text)
         xs = (text, audio, vision)
         big = max(x.shape[1] for x in xs)
         keys = list(jax.random.split(key, 5)) if key is not None else [None] * 5

@@ -26,6 +26,7 @@ from core.plots import bar_plot, line_plot
 from core.train import TrainState, check_finite, write_metrics
 
 from . import losses as L
+from .bert import load_text_encoder
 from .configs import VARIANTS, Config, DataConfig
 from .data import LENGTH_KEYS, MODALITIES, prepare
 from .metrics import classification_metrics, regression_metrics
@@ -234,7 +235,7 @@ def run_names(config: Config) -> list[tuple[str, int]]:
 
 def _shape_key(config: Config) -> Config:
     """The config without its data source: runs that differ only in data share compiled programs."""
-    return dataclasses.replace(config, data=DataConfig())
+    return dataclasses.replace(config, data=DataConfig(text_input=config.data.text_input))
 
 
 @functools.lru_cache(maxsize=4)
@@ -267,6 +268,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     # initialisation runs once: always compile it fast
     init_fn = jax.jit(jax.vmap(init_params), compiler_options={"xla_backend_optimization_level": 0})
     params = init_fn(jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys))
+    if config.model.text_encoder:  # the pretrained BERT weights, the same in every run (then fine-tuned)
+        params = load_text_encoder(params, config.model.text_encoder, runs=r)
     states = TrainState(params, jax.vmap(tx.init)(params), jnp.zeros((r,), jnp.int32),
                         jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
     inputs = [*MODALITIES, *LENGTH_KEYS] if is_unaligned(data) else list(MODALITIES)
