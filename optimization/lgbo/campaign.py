@@ -173,6 +173,10 @@ class Campaign:
                 region, llm = prompts.parse_answer(preference, self.space), {"source": "user", "texts": [preference]}
             else:
                 history = [(o["x"], o["y"]) for o in self.observations]
+                if hasattr(self.oracle, "last_reasoning"):   # the last LLM answer of the saved rounds
+                    texts = [t for r in self.rounds if (r.get("llm") or {}).get("source") == "openai"
+                             for t in (r["llm"].get("texts") or [])[:1]]
+                    self.oracle.last_reasoning = prompts.reasoning_of(texts[-1]) if texts else ""
                 ans = self.oracle.propose(self.space, history, round_)
                 region, llm = ans.region, {"source": self.oracle_spec.get("kind"), "texts": ans.texts,
                                            "error": ans.error}

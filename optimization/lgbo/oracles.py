@@ -96,6 +96,8 @@ class OpenAIOracle:
     timeout: float = 120.0
     context: str = ""  # a description of the experiment, prepended to the prompt
     goal: str = "maximize"
+    history_order: str = "newest"  # as the reference code's prompt ("best": best first)
+    last_reasoning: str = ""  # the previous answer's reasoning, shown in the next prompt (set by Campaign too)
 
     def _chat(self, messages: list[dict[str, str]]) -> str:
         body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature}).encode()
@@ -114,7 +116,8 @@ class OpenAIOracle:
     def propose(self, space: Space, history: Sequence[tuple[Sequence[Any], float]], round: int) -> Answer:  # noqa: A002
         texts, errors = [], []
         for strict in (False, True):
-            messages = prompts.build_messages(space, history, goal=self.goal, context=self.context, strict=strict)
+            messages = prompts.build_messages(space, history, goal=self.goal, context=self.context, strict=strict,
+                                              history_order=self.history_order, last_reasoning=self.last_reasoning)
             if strict:
                 messages.insert(2, {"role": "assistant", "content": texts[-1] if texts else ""})
             try:
@@ -124,7 +127,9 @@ class OpenAIOracle:
                 continue
             texts.append(text)
             try:
-                return Answer(prompts.parse_answer(text, space), texts)
+                answer = Answer(prompts.parse_answer(text, space), texts)
+                self.last_reasoning = prompts.reasoning_of(texts[0] if strict else text)
+                return answer
             except prompts.PreferenceParseError as e:
                 errors.append(str(e))
         return Answer(None, texts, "; ".join(errors) + " -> plain BO this round")

@@ -17,7 +17,7 @@ import numpy as np
 
 from core.config import BadInputError
 from optimization.lgbo.model import C_EPS, Region
-from optimization.lgbo.space import Continuous, Space
+from optimization.lgbo.space import Continuous, Ordinal, Space
 
 
 class PreferenceParseError(BadInputError):
@@ -55,24 +55,52 @@ def describe_space(space: Space) -> str:
     for p in space.params:
         if isinstance(p, Continuous):
             lines.append(f"- {p.name}: continuous in [{p.low:g}, {p.high:g}]")
+        elif isinstance(p, Ordinal):
+            lines.append(f"- {p.name}: ordered numeric levels {list(p.options)}")
         else:
             lines.append(f"- {p.name}: categorical, options {list(p.options)}")
     return "\n".join(lines)
 
 
+HISTORY_ORDERS = ("best", "newest")
+
+
 def build_messages(space: Space, history: Sequence[tuple[Sequence[Any], float]], *, goal: str = "maximize",
-                   context: str = "", strict: bool = False, max_rows: int = 60) -> list[dict[str, str]]:
-    """OpenAI-style chat messages for one round. history: [(values, y)] in natural units."""
-    rows = sorted(history, key=lambda r: -r[1] if goal == "maximize" else r[1])[:max_rows]
+                   context: str = "", strict: bool = False, max_rows: int = 60, history_order: str = "best",
+                   last_reasoning: str = "") -> list[dict[str, str]]:
+    """OpenAI-style chat messages for one round. history: [(values, y)] in natural units, oldest first.
+
+    history_order "best" lists the observations best first; "newest" newest first, as the reference code's
+    prompt does. last_reasoning (the LLM's previous answer without its final line) is shown as a summary of
+    the last round's reasoning, with a note that BO adopted the suggestion only through the surrogate, as the
+    reference code's review block does; "" leaves both out."""
+    if history_order not in HISTORY_ORDERS:
+        raise BadInputError(f"history_order={history_order!r}: expected one of {HISTORY_ORDERS}")
+    if history_order == "best":
+        rows = sorted(history, key=lambda r: -r[1] if goal == "maximize" else r[1])[:max_rows]
+    else:
+        rows = list(history)[::-1][:max_rows]
     table = "\n".join(", ".join(_fmt(v) for v in vals) + f" -> {y:.6g}" for vals, y in rows)
+    order = "best first" if history_order == "best" else "newest first"
+    review = ""
+    if last_reasoning.strip():
+        review = ("\n\nYour reasoning last round (summary): " + " ".join(last_reasoning.split())[-1200:] +
+                  "\nNote: your suggestion entered the BO surrogate as a preference; the points actually tested "
+                  "may differ from it.")
     user = (f"{context.strip()}\n\n" if context.strip() else "") + \
         f"Parameters (P = {space.n_params}, in this order):\n{describe_space(space)}\n\n" + \
-        f"Observations so far ({len(history)}, best first; columns {', '.join(space.names)} -> objective):\n" + \
-        (table or "(none yet)") + "\n\nWhere should the next experiments go?"
+        f"Observations so far ({len(history)}, {order}; columns {', '.join(space.names)} -> objective):\n" + \
+        (table or "(none yet)") + review + "\n\nWhere should the next experiments go?"
     messages = [{"role": "system", "content": SYSTEM.format(goal=goal)}, {"role": "user", "content": user}]
     if strict:
         messages.append({"role": "user", "content": STRICT.format(p=space.n_params, names=", ".join(space.names))})
     return messages
+
+
+def reasoning_of(text: str) -> str:
+    """The reasoning part of an answer: the text before its last `[point, ...]` / `[region, ...]` expression."""
+    heads = list(_HEAD.finditer(text or ""))
+    return (text[:heads[-1].start()] if heads else (text or "")).strip()
 
 
 def _fmt(v: Any) -> str:

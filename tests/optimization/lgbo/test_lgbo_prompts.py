@@ -123,3 +123,28 @@ def test_simulated_oracles():
     assert oracles.SimulatedOracle(mode="none", optimum_u=opt, poor_u=poor).propose(SPACE, [], 0).region is None
     with pytest.raises(ValueError, match="mode"):
         oracles.SimulatedOracle(mode="oracle", optimum_u=opt, poor_u=poor)
+
+
+def test_reference_order_history_newest_first_and_last_reasoning():
+    hist = [([30.0, 1.0, "water"], 0.2), ([70.0, 0.5, "dmso"], 0.9), ([50.0, 1.5, "ethanol"], 0.5)]
+    user = prompts.build_messages(SPACE, hist, history_order="newest", last_reasoning="Warm  and\nwet.")[1]["content"]
+    assert user.index("50, 1.5, ethanol") < user.index("70, 0.5, dmso") < user.index("30, 1, water")
+    assert "newest first" in user and "reasoning last round (summary): Warm and wet." in user
+    assert "reasoning last round" not in prompts.build_messages(SPACE, hist)[1]["content"]
+    with pytest.raises(ValueError, match="history_order"):
+        prompts.build_messages(SPACE, hist, history_order="random")
+    assert prompts.reasoning_of("I think warm.\n[point, [50, 1, water], 0.7]") == "I think warm."
+
+
+def test_openai_oracle_carries_last_round_reasoning(server):
+    _Scripted.replies = ["Hot solvents dissolve more.\n[region, [[50, 0, water], [90, 1, water]], 0.7]",
+                         "[point, [60, 1, water], 0.6]"]
+    oracle = oracles.OpenAIOracle(base_url=server, model="m")
+    hist = [([30.0, 1.0, "water"], 0.2), ([70.0, 0.5, "dmso"], 0.9)]
+    assert oracle.propose(SPACE, hist, round=0).region is not None
+    assert oracle.last_reasoning == "Hot solvents dissolve more."
+    oracle.propose(SPACE, hist, round=1)
+    first, second = (body["messages"][1]["content"] for _, body in _Scripted.requests)
+    assert "reasoning last round" not in first
+    assert "reasoning last round (summary): Hot solvents dissolve more." in second
+    assert second.index("70, 0.5, dmso") < second.index("30, 1, water")      # newest first (reference order)
