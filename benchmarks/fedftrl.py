@@ -36,7 +36,9 @@ parser.add_argument("--devices", type=int, default=os.cpu_count() or 1)
 parser.add_argument("--skip-sweep", action="store_true")
 parser.add_argument("--movielens", default="", help="a folder with MovieLens ratings.csv + movies.csv "
                     "(ml-latest-small); adds a MovieLens run (none is shipped: GroupLens licence)")
-parser.add_argument("--movielens-users", type=int, default=610)
+parser.add_argument("--movielens-users", type=int, default=576,
+                    help="agents = the users with the most ratings (576 = 24^2 of ml-latest-small's 610, so the "
+                         "grid topology exists)")
 parser.add_argument("--movielens-seeds", type=int, default=10)
 parser.add_argument("--claims-from-rows", action="store_true",
                     help="recompute the claims of the committed results file from its rows (no run)")
@@ -46,6 +48,7 @@ if args.devices > 1:
                                f" --xla_force_host_platform_device_count={args.devices}").strip()
 
 import dataclasses  # noqa: E402
+import math  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
@@ -363,8 +366,10 @@ def main() -> None:
 
     # 4. MovieLens, when the user points the benchmark at the data (never downloaded here)
     if args.movielens:
-        ml_cfg = dataclasses.replace(paper, setting="movielens", ratings_path=args.movielens, V=args.movielens_users,
-                                     seeds=args.movielens_seeds, epsilons=(), topologies=("complete", "grid", "rgg"))
+        V_ml = args.movielens_users
+        ml_topos = ("complete", "grid", "rgg") if math.isqrt(V_ml) ** 2 == V_ml else ("complete", "rgg")
+        ml_cfg = dataclasses.replace(paper, setting="movielens", ratings_path=args.movielens, V=V_ml,
+                                     seeds=args.movielens_seeds, epsilons=(), topologies=ml_topos)
         ml = run_experiment(ml_cfg, tmp / "movielens", shard_seeds=devices > 1 and args.movielens_seeds % devices == 0)
         rows += keep(ml, ml_cfg)
 
