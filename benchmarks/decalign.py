@@ -201,7 +201,7 @@ def main(argv=None):
         path.write_text(json.dumps(rec, indent=2) + "\n")
         render(path)
         for c in rec["claims"]:
-            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"], c["interval"])
+            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c.get("effect"), c.get("interval"))
         return
     t0 = time.time()
     load_at_start = os.getloadavg()
@@ -338,7 +338,10 @@ def render(path: pathlib.Path):
                          f"| {100 * o['f1']:.1f} | {100 * o['acc7']:.1f} | – |")
     failures = [f"h={r['heterogeneity']:g} {r['variant']} seed {r['seed']}: {r['failure']}" for r in rec["rows"]
                 if r.get("failed")]
-    lines += ["", "Failed runs: " + ("; ".join(failures) if failures else "none") + "."]
+    partial = any(r.get("failure_check", "").startswith("partial") for r in rec["rows"])
+    lines += ["", "Failed runs" + (" (these rows predate the per-epoch curves: only their best validation loss "
+                                   "against the constant predictor's could be checked, not divergence)" if partial else "")
+              + ": " + ("; ".join(failures) if failures else "none") + "."]
     verdicts = {True: "**held**", False: "**not held**", None: "**inconclusive**"}
     lines += ["", "Claims (paired over seeds; effect = mean paired difference with its 95% t-interval):", "",
               "| claim | result | n | effect [interval] | evidence |", "|---|---|---|---|---|"]

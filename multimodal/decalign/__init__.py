@@ -13,7 +13,8 @@ EXPERIMENT = Experiment(
     run=run,
     runtimes={"tiny": "~30 s CPU time (131 s wall on the shared, overloaded 2-core machine)",
               "demo": "~77 s CPU time (2 min wall on the shared 2-core machine at load ~7)",
-              "paper": "GPU; needs the user's MMSA MOSI pickle"},
+              "paper": "GPU; needs the user's MMSA MOSI pickle",
+              "official": "GPU; needs the user's MMSA MOSI pickle (the official code's variants)"},
 )
 
 __all__ = ["EXPERIMENT", "Config", "PRESETS", "VARIANTS", "run", "train_and_evaluate"]
