@@ -42,7 +42,8 @@ def metric_checks() -> list[dict]:
     out = []
     j = metrics.jaccard("The red Vase", "the vase.")
     out.append(check("lexical_jaccard_hand_case", "lexical similarity is the Jaccard index of lowercased "
-                     "whitespace word sets", abs(j - 0.25) < 1e-12, f"'The red Vase' vs 'the vase.': {j} (expected 1/4)"))
+                     "whitespace word sets", abs(j - 0.25) < 1e-12,
+                     f"'The red Vase' vs 'the vase.': {j} (expected 1/4)"))
     gen = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
     gt = np.array([[1.0, 0.1], [1.0, 0.0], [0.6, 0.8]])
     hits = metrics.retrieval_hits(gen, gt, ks=(1, 2, 3))
@@ -70,7 +71,8 @@ def make_claims(record: dict) -> list[dict]:
     oracle = next((r for r in rows if r["arm"] == "oracle"), None)
     claims = []
     for ours, base, paper in (("sft", "base", "VaseVLM-SFT vs the base model"),
-                              ("grpo", "sft", "VaseVLM-RL (GRPO) vs SFT (the paper: +12.8 % R@1, +6.6 % lexical, relative)")):
+                              ("grpo", "sft",
+                               "VaseVLM-RL (GRPO) vs SFT (the paper: +12.8 % R@1, +6.6 % lexical, relative)")):
         for key, label in (("r_at_1", "R@1"), ("lexical_similarity", "lexical similarity")):
             a = [by[(ours, s)][key] for s in seeds]
             b = [by[(base, s)][key] for s in seeds]

@@ -28,7 +28,8 @@ from multimodal import vlm
 from multimodal.vasevqa import data as data_lib
 from multimodal.vasevqa import metrics as metrics_lib
 from multimodal.vasevqa import model as model_lib
-from multimodal.vasevqa import render, reward as reward_lib
+from multimodal.vasevqa import render
+from multimodal.vasevqa import reward as reward_lib
 from multimodal.vasevqa.configs import Config
 
 ARMS = ("base", "sft", "grpo")
@@ -244,7 +245,8 @@ def run_experiment(config: Config, workdir: str | pathlib.Path) -> tuple[dict[st
     (workdir / "captions_gt.json").write_text(json.dumps(data_lib.caption_records(data.test), indent=1))
     (workdir / "history.json").write_text(json.dumps(runner.history, indent=1))
     runner.tokenizer.save(workdir / "tokenizer.json")
-    metrics: dict[str, Any] = {"wall_seconds": time.time() - start, **{f"seconds_{k}": v for k, v in runner.seconds.items()},
+    metrics: dict[str, Any] = {"wall_seconds": time.time() - start,
+                               **{f"seconds_{k}": v for k, v in runner.seconds.items()},
                                "n_train": config.n_train, "n_test": config.n_test,
                                "text_encoder": results["base"]["clip_encoder"],
                                "fid_encoder": results["base"]["sentence_encoder"],
@@ -259,7 +261,8 @@ def run_experiment(config: Config, workdir: str | pathlib.Path) -> tuple[dict[st
         from PIL import Image
 
         sheet = np.concatenate([render.contact_sheet(v.views) for v in data.test[:4]], axis=0)
-        Image.fromarray(sheet).resize((sheet.shape[1] * 2, sheet.shape[0] * 2), Image.NEAREST).save(workdir / "views.png")
+        big = Image.fromarray(sheet).resize((sheet.shape[1] * 2, sheet.shape[0] * 2), Image.NEAREST)
+        big.save(workdir / "views.png")
         h = runner.history
         plots.line_plot(workdir / "loss.png", {stage: ([r["step"] for r in h[stage]], [r["loss"] for r in h[stage]])
                                                for stage in ("pretrain", "sft") if h[stage]},

@@ -201,7 +201,8 @@ def handle_mesh(height: float, knots: np.ndarray, spec: tuple, *, segments: tupl
     n1 /= np.linalg.norm(n1, axis=1, keepdims=True) + 1e-12
     n2 = np.cross(tangent, n1)
     ang = np.arange(n_c) * 2 * math.pi / n_c
-    verts = centre[:, None] + tube * (np.cos(ang)[None, :, None] * n1[:, None] + np.sin(ang)[None, :, None] * n2[:, None])
+    ring = np.cos(ang)[None, :, None] * n1[:, None] + np.sin(ang)[None, :, None] * n2[:, None]
+    verts = centre[:, None] + tube * ring
     verts = verts.reshape(-1, 3)
     faces = []
     for i in range(n_s):

@@ -15,7 +15,8 @@ from core.config import ConfigError
 from core.lm import lora as lora_lib
 from core.train import init_train_state, make_train_step
 from multimodal import vlm
-from multimodal.vasevqa import EXPERIMENT, Config, model as model_lib, train
+from multimodal.vasevqa import EXPERIMENT, Config, train
+from multimodal.vasevqa import model as model_lib
 
 
 @pytest.fixture(scope="module")
