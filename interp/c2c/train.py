@@ -36,7 +36,25 @@ def _adamw(lr: float, steps: int, warmup: int, weight_decay: float, clip: float 
     return optax.chain(optax.clip_by_global_norm(clip), optax.adamw(schedule, b2=0.98, weight_decay=weight_decay))
 
 
-def train_lm(lm_config, examples: list, cfg: LMTrainConfig, key: jax.Array, *, desc: str, seed: int):
+def _train(state, step, loader, num_steps: int, *, desc: str, every: int, workdir: pathlib.Path | None,
+           keys: tuple[str, ...]):
+    """`num_steps` steps; returns (state, [(step, *metrics[keys])]). With a workdir the loop is core.train.fit's:
+    metrics.jsonl (interval means every `every` steps) and checkpoints in it, resumed when it holds one; without,
+    single-step values at steps 0, every, 2 every, ... and the last."""
+    if workdir is not None:
+        state, records = train_lib.fit(state, step, loader, num_steps=num_steps, workdir=workdir, log_every=every,
+                                       ckpt_every=max(every, num_steps // 4), keep=1)
+        return state, [(r["step"], *(r[k] for k in keys)) for r in records if all(k in r for k in keys)]
+    history = []
+    for i in train_lib.progress(range(num_steps), desc=desc):
+        state, metrics = step(state, next(loader))
+        if i % every == 0 or i == num_steps - 1:
+            history.append((i, *(metrics[k] for k in keys)))
+    return state, [tuple(float(x) if j else int(x) for j, x in enumerate(h)) for h in jax.device_get(history)]
+
+
+def train_lm(lm_config, examples: list, cfg: LMTrainConfig, key: jax.Array, *, desc: str, seed: int,
+             workdir: pathlib.Path | None = None):
     """A from-scratch `core.lm` decoder on (prompt, answer) examples (CE on answers). Returns (graphdef,
     params, losses)."""
     width = max(len(p) + len(a) - 1 for p, a in examples)
@@ -46,12 +64,8 @@ def train_lm(lm_config, examples: list, cfg: LMTrainConfig, key: jax.Array, *, d
     state = train_lib.init_train_state(params, tx, key)
     step = train_lib.make_train_step(lm_losses.next_token_loss(graphdef), tx)
     loader = core_data.ArrayLoader(rows, min(cfg.batch_size, len(examples)), seed=seed)
-    history = []
-    for i in train_lib.progress(range(cfg.steps), desc=desc):
-        state, metrics = step(state, next(loader))
-        if i % 50 == 0 or i == cfg.steps - 1:
-            history.append((i, metrics["loss"]))
-    return graphdef, state.params, [(i, float(v)) for i, v in jax.device_get(history)]
+    state, history = _train(state, step, loader, cfg.steps, desc=desc, every=50, workdir=workdir, keys=("loss",))
+    return graphdef, state.params, history
 
 
 def split_prompts(examples: list) -> dict[str, np.ndarray]:
@@ -91,8 +105,31 @@ def fuser_batch(arrays: dict[str, np.ndarray], index: np.ndarray, step: int) -> 
                            step=np.full((len(index),), step, np.int32))
 
 
+class _FuserLoader:
+    """Batches of distinct fuser examples drawn with a seeded generator; `state()` / `restore()` (the number of
+    draws made, replayed on restore) let core.train.fit resume it exactly."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, seed: int):
+        self.arrays, self.batch_size, self.seed = arrays, batch_size, seed
+        self.num_rows = len(arrays["inputs"])
+        self.restore({"draws": 0})
+
+    def __next__(self) -> comm.FuserBatch:
+        index = self.rng.choice(self.num_rows, self.batch_size, replace=False)
+        self.draws += 1
+        return fuser_batch(self.arrays, index, self.draws - 1)
+
+    def state(self) -> dict[str, int]:
+        return {"draws": self.draws, "seed": self.seed}
+
+    def restore(self, state) -> None:
+        self.rng, self.draws = np.random.default_rng(self.seed), 0
+        for _ in range(int(state["draws"])):
+            next(self)
+
+
 def train_fuser(pair: comm.Pair, receiver_params, sharer_params, examples: list, key: jax.Array, *, seed: int,
-                desc: str = "fuser"):
+                desc: str = "fuser", workdir: pathlib.Path | None = None):
     """The fuser on the mixture, both models frozen. Returns (params, history [(step, loss, acc, gate)])."""
     cfg = pair.fuser
     arrays = precompute_sections(pair, receiver_params, sharer_params, examples)
@@ -100,15 +137,10 @@ def train_fuser(pair: comm.Pair, receiver_params, sharer_params, examples: list,
     tx, step = make_fuser_step(pair, cfg)
     state = train_lib.init_train_state(params, tx, jax.random.fold_in(key, 1),
                                        frozen={"receiver": receiver_params, "sharer": sharer_params})
-    rng = np.random.default_rng(seed)
-    n = len(examples)
-    batch_size = min(cfg.batch_size, n)
-    history = []
-    for i in train_lib.progress(range(cfg.steps), desc=desc):
-        state, metrics = step(state, fuser_batch(arrays, rng.choice(n, batch_size, replace=False), i))
-        if i % 25 == 0 or i == cfg.steps - 1:
-            history.append((i, metrics["loss"], metrics["answer_acc"], metrics["gate_mean"]))
-    return state.params, [tuple(float(x) for x in h) for h in jax.device_get(history)]
+    loader = _FuserLoader(arrays, min(cfg.batch_size, len(examples)), seed)
+    state, history = _train(state, step, loader, cfg.steps, desc=desc, every=25, workdir=workdir,
+                            keys=("loss", "answer_acc", "gate_mean"))
+    return state.params, history
 
 
 def _accuracy(logits, answers) -> float:
@@ -192,8 +224,11 @@ def _check_vocab(config: C2CConfig, world: data_lib.World) -> None:
             raise ConfigError(f"{role}.vocab_size={v}: expected >= {world.vocab_size} (the world's vocabulary)")
 
 
-def run_world(config: C2CConfig, *, progress_desc: str = "") -> dict:
-    """One seed: world, both models, the fuser (and the role-swapped one), evaluation and latency."""
+def run_world(config: C2CConfig, *, progress_desc: str = "", workdir: pathlib.Path | None = None) -> dict:
+    """One seed: world, both models, the fuser (and the role-swapped one), evaluation and latency. With a workdir
+    each training stage logs and checkpoints in its subfolder (receiver/, sharer/, fuser_main/, fuser_swapped/)
+    and a rerun resumes it."""
+    stage = (lambda name: workdir / name) if workdir is not None else (lambda name: None)
     if config.uses_hf:
         from interp.c2c.hf import run_hf
         return run_hf(config)
@@ -208,9 +243,11 @@ def run_world(config: C2CConfig, *, progress_desc: str = "") -> dict:
     rng = np.random.default_rng(seed)
     tag = f"{progress_desc}seed {seed}: "
     r_gd, r_params, r_hist = train_lm(config.receiver, data_lib.receiver_examples(world, rng), config.receiver_train,
-                                      jax.random.fold_in(key, 1), desc=tag + "receiver", seed=seed)
+                                      jax.random.fold_in(key, 1), desc=tag + "receiver", seed=seed,
+                                      workdir=stage("receiver"))
     s_gd, s_params, s_hist = train_lm(config.sharer, data_lib.sharer_examples(world), config.sharer_train,
-                                      jax.random.fold_in(key, 2), desc=tag + "sharer", seed=seed)
+                                      jax.random.fold_in(key, 2), desc=tag + "sharer", seed=seed,
+                                      workdir=stage("sharer"))
     result = {"seed": seed, "world_vocab": world.vocab_size, "lm_seconds": time.time() - t0,
               "receiver_loss": r_hist, "sharer_loss": s_hist}
     roles = [("main", (config.receiver, r_gd, r_params), (config.sharer, s_gd, s_params))]
@@ -223,7 +260,7 @@ def run_world(config: C2CConfig, *, progress_desc: str = "") -> dict:
                          fuser_graphdef=fgd)
         f_params, f_hist = train_fuser(pair, rp, sp, data_lib.fuser_examples(world),
                                        jax.random.fold_in(key, 3 if name == "main" else 4), seed=seed,
-                                       desc=f"{tag}fuser ({name})")
+                                       desc=f"{tag}fuser ({name})", workdir=stage(f"fuser_{name}"))
         block = {"fuser_loss": f_hist, "fuser_seconds": time.time() - t1,
                  "gate_logits": np.asarray(comm.gate_logits(f_params, rc.num_layers, pair_map(pair))).tolist()}
         block.update(evaluate(pair, f_params, rp, sp, world, baselines=name == "main"))
@@ -242,7 +279,7 @@ def run(config: C2CConfig, workdir: pathlib.Path | str) -> dict[str, float]:
     """CLI entry: one seed; writes metrics.json, accuracy.png and losses.png into workdir."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    result = run_world(config)
+    result = run_world(config, workdir=workdir)
     if config.uses_hf:
         train_lib.write_metrics(workdir, result)
         return result

@@ -144,3 +144,36 @@ def test_training_functions_smoke():
     assert max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(f_params), jax.tree.leaves(f0))) > 0
     for a, b in zip(jax.tree.leaves(r_params), jax.tree.leaves(before)):
         np.testing.assert_array_equal(np.asarray(a), b)
+
+
+def test_fuser_training_in_a_run_folder_logs_checkpoints_and_resumes(tmp_path):
+    """With a workdir the trainers run through core.train.fit (metrics.jsonl, checkpoints) on exactly the batches
+    of the plain loop; the fuser's sampler resumes where it stopped; a rerun restores the finished stage."""
+    from interp.c2c.train import _FuserLoader, precompute_sections, train_fuser, train_lm
+    cfg = LMTrainConfig(steps=2, batch_size=8, warmup=1)
+    r_gd, r_params, _ = train_lm(RECEIVER, D.receiver_examples(WORLD, np.random.default_rng(0)), cfg,
+                                 jax.random.key(0), desc="receiver", seed=0)
+    s_gd, s_params, _ = train_lm(SHARER, D.sharer_examples(WORLD), cfg, jax.random.key(1), desc="sharer", seed=0)
+    fcfg = FuserConfig(hidden=16, intermediate=16, steps=3, batch_size=8, lr=1e-2, anneal_steps=0)
+    f_gd, _ = init_fuser(SHARER, RECEIVER, fcfg, jax.random.key(5))
+    pair = comm.Pair(receiver=RECEIVER, receiver_graphdef=r_gd, sharer=SHARER, sharer_graphdef=s_gd, fuser=fcfg,
+                     fuser_graphdef=f_gd)
+    examples = D.fuser_examples(WORLD)
+    arrays = precompute_sections(pair, r_params, s_params, examples)
+    loader = _FuserLoader(arrays, 8, seed=3)
+    for _ in range(2):
+        next(loader)
+    resumed = _FuserLoader(arrays, 8, seed=3)
+    resumed.restore(loader.state())
+    a, b = next(loader), next(resumed)
+    np.testing.assert_array_equal(a.inputs, b.inputs)
+    assert int(a.step[0]) == int(b.step[0]) == 2
+    plain, _ = train_fuser(pair, r_params, s_params, examples, jax.random.key(5), seed=0)
+    logged, hist = train_fuser(pair, r_params, s_params, examples, jax.random.key(5), seed=0, workdir=tmp_path)
+    for x, y in zip(jax.tree.leaves(plain), jax.tree.leaves(logged)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    assert (tmp_path / "metrics.jsonl").read_text().strip() and any((tmp_path / "checkpoints").iterdir())
+    assert hist and all(np.isfinite(h[1]) for h in hist)
+    again, _ = train_fuser(pair, r_params, s_params, examples, jax.random.key(5), seed=0, workdir=tmp_path)
+    for x, y in zip(jax.tree.leaves(again), jax.tree.leaves(logged)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
