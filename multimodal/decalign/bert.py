@@ -41,7 +41,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
 
     @classmethod
-    def from_hf(cls, folder: str | pathlib.Path) -> "BertConfig":
+    def from_hf(cls, folder: str | pathlib.Path) -> BertConfig:
         path = pathlib.Path(folder) / "config.json"
         if not path.exists():
             raise BadInputError(f"{path}: no such file; expected a HuggingFace BERT folder (config.json + "

@@ -59,7 +59,7 @@ def check_split(split: Mapping, *, name: str, path: str = "<dict>", task: str = 
         if key not in split:
             _fail(path, name, f"missing key {key!r} (has {sorted(split)}); expected {', '.join((*MODALITIES, label_key))}")
     out = {}
-    n = length = None
+    n = None
     for m in MODALITIES:
         x = np.asarray(split[m])
         if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):

@@ -370,7 +370,7 @@ def write_plots(result: dict, config: Config, workdir: pathlib.Path) -> list[str
 
 def run(config: Config, workdir: str | pathlib.Path) -> dict:
     """The registry entry: train, write metrics.json + PNG plots into workdir, return final metrics."""
-    from core.config import BadInputError, to_dict
+    from core.config import to_dict
 
     workdir = pathlib.Path(workdir)
     result = train_and_evaluate(config, workdir)

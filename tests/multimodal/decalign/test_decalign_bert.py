@@ -15,7 +15,8 @@ from safetensors.numpy import load_file, save_file
 
 from core.config import BadInputError, ConfigError
 from multimodal.decalign import bert as B
-from multimodal.decalign import configs, data as D, train
+from multimodal.decalign import configs, train
+from multimodal.decalign import data as D
 
 SAMPLE = pathlib.Path(__file__).with_name("decalign_sample_mmsa_unaligned.pkl")
 TINY = B.BertConfig(vocab_size=32, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=16,

@@ -4,13 +4,13 @@ import dataclasses
 import pathlib
 import pickle
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from multimodal.decalign import configs, data as D, train
+from multimodal.decalign import configs, train
+from multimodal.decalign import data as D
 from multimodal.decalign.model import DecAlign
 
 SAMPLE = pathlib.Path(__file__).with_name("decalign_sample_mmsa_unaligned.pkl")

@@ -10,7 +10,9 @@ import pytest
 from flax import nnx
 
 from core.config import BadInputError, ConfigError, apply_overrides
-from multimodal.decalign import EXPERIMENT, configs, data as D, losses as L, oracle, train
+from multimodal.decalign import EXPERIMENT, configs, oracle, train
+from multimodal.decalign import data as D
+from multimodal.decalign import losses as L
 from multimodal.decalign.model import DecAlign, cross_layer, init_cross_layers
 
 
