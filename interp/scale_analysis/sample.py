@@ -244,7 +244,9 @@ def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, kappa: float
 
 
 def training_data(key: jax.Array, p_max: int, w_star: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """p_max training pairs; row i is drawn from fold_in(key, i), so the first P rows do not depend on p_max."""
+    """p_max training pairs; row i is drawn from fold_in(key, i), so (called unbatched) the first P rows do not
+    depend on p_max. Under vmap the RBG generator's draws depend on the batch shape, which is why a point's
+    stages share one p_max and mask (every stage and both directions of a point see the same rows)."""
     x = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), w_star.shape))(jnp.arange(p_max))
     return x, data_lib.target(x, w_star)
 

@@ -420,7 +420,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
         slopes, notes = seed_slopes([r["kappa"] for r in rs], [r["p_star_values"] for r in rs])
         add(_exponent_claims(
             "p_star_proportional_to_kappa", f"two-layer P* grows like kappa at d={rs[0]['d']}, N={rs[0]['N']} "
-            "(paper: P* ~ kappa E)", slopes, notes, 1.0, 0.0, "kappa-independent",
+            "(paper: P* ~ kappa E)", slopes, notes, 1.0, 0.0, 0.5, "kappa-independent",
             "P* per kappa: " + ", ".join(f"kappa={r['kappa']:g}: {r['P*']} ({r['P*_seeds_used']})" for r in rs)))
     rs = by["two_n"]
     if len(rs) >= 2:
