@@ -33,19 +33,18 @@ class RegressionConfig:
     demo: `iclr26 run regression --preset demo` (~20 s; final eval MSE about 0.02).
     """
 
-    features: int = 8
-    hidden: int = 64
-    num_train: int = 2048
-    num_eval: int = 512
-    noise: float = 0.05
+    features: int = 8  # input dimension d of x
+    hidden: int = 64  # MLP hidden width
+    num_train: int = 2048  # training examples
+    num_eval: int = 512  # held-out examples
+    noise: float = 0.05  # standard deviation of the label noise
     steps: int = 600
     batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0
     log_every: int = 50
-    ckpt_every: int = 200
-    mesh_model: int = 1
-
+    ckpt_every: int = 200  # steps between checkpoints
+    mesh_model: int = 1  # devices on the model axis of the mesh (the rest shard the batch)
     def __post_init__(self):
         for name in ("features", "hidden", "num_train", "num_eval", "steps", "batch_size", "log_every",
                      "ckpt_every", "mesh_model"):

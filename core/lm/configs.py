@@ -28,10 +28,10 @@ class RopeScaling:
     """Rotary scaling. `rope_type`: "default" (none), "linear" (positions / factor) or "llama3"."""
 
     rope_type: str = "default"
-    factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
+    factor: float = 1.0  # context extension factor
+    low_freq_factor: float = 1.0  # llama3: wavelengths above original / low_freq_factor are scaled by 1 / factor
+    high_freq_factor: float = 4.0  # llama3: wavelengths below original / high_freq_factor are kept
+    original_max_position_embeddings: int = 8192  # llama3: the context length the model was trained at
 
     def __post_init__(self):
         check(self.rope_type in SUPPORTED_ROPE_TYPES, "rope_scaling.rope_type", self.rope_type,
@@ -47,24 +47,23 @@ class LMConfig:
     """A Qwen2/Llama-family decoder. Defaults are a tiny model; `from_hf` reads a real one."""
 
     architecture: str = "qwen2"  # "qwen2" | "llama" | "qwen3" (Qwen3: per-head q/k RMSNorm)
-    vocab_size: int = 64
-    hidden_size: int = 32
-    intermediate_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 8
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
+    vocab_size: int = 64  # rows of the embedding table (token ids 0 .. vocab_size - 1)
+    hidden_size: int = 32  # residual stream width
+    intermediate_size: int = 64  # SwiGLU MLP width
+    num_layers: int = 2  # decoder blocks
+    num_heads: int = 4  # query heads
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention when fewer than num_heads)
+    head_dim: int = 8  # width of one attention head
+    rms_norm_eps: float = 1e-6  # RMSNorm epsilon
+    rope_theta: float = 10000.0  # rotary embedding base
     rope_scaling: RopeScaling = RopeScaling()
     attention_bias: bool = True  # Qwen2: q/k/v bias; Llama/Qwen3: q/k/v/o bias
-    tie_word_embeddings: bool = False
-    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False  # the output projection reuses the embedding table
+    max_position_embeddings: int = 4096  # longest sequence (positions) the model is built for
     dtype: str = "float32"  # compute dtype
-    param_dtype: str = "float32"
-    bos_token_id: int | None = None
-    eos_token_id: int | tuple[int, ...] | None = None
-
+    param_dtype: str = "float32"  # dtype the parameters are stored in
+    bos_token_id: int | None = None  # beginning-of-sequence token (None: none)
+    eos_token_id: int | tuple[int, ...] | None = None  # token(s) that end generation (None: none)
     def __post_init__(self):
         check(self.architecture in SUPPORTED_ARCHITECTURES.values(), "architecture", self.architecture,
                f"one of {tuple(SUPPORTED_ARCHITECTURES.values())}")
@@ -225,12 +224,12 @@ class TinyLMConfig:
                                tie_word_embeddings=True)
     task: str = "reverse"  # "reverse" | "kv_recall"
     num_symbols: int = 8  # alphabet size of the synthetic task
-    min_len: int = 3
-    max_len: int = 6
+    min_len: int = 3  # shortest example sequence (symbols)
+    max_len: int = 6  # longest example sequence (symbols)
     pack: bool = True  # pack examples into rows of `seq_len` (segment-aware attention)
-    seq_len: int = 64
-    num_train: int = 20000
-    num_eval: int = 256
+    seq_len: int = 64  # row length (tokens) of a training batch
+    num_train: int = 20000  # generated training examples
+    num_eval: int = 256  # held-out evaluation examples
     batch_size: int = 32
     steps: int = 600
     lr: float = 3e-3

@@ -64,26 +64,26 @@ class RLToyConfig:
 
     model: LMConfig = LMConfig(architecture="qwen2", vocab_size=12, hidden_size=64, intermediate_size=128,
                                num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True)
-    num_symbols: int = 8
-    min_len: int = 3
-    max_len: int = 5
-    label_noise: float = 0.5
-    num_sft: int = 4000
-    sft_steps: int = 300
-    sft_batch: int = 32
-    sft_lr: float = 3e-3
-    num_prompts: int = 512
-    num_eval: int = 256
+    num_symbols: int = 8  # alphabet size of the reversal task
+    min_len: int = 3  # shortest sequence to reverse
+    max_len: int = 5  # longest sequence to reverse
+    label_noise: float = 0.5  # fraction of SFT targets corrupted (so RL has headroom)
+    num_sft: int = 4000  # SFT examples
+    sft_steps: int = 300  # SFT optimisation steps
+    sft_batch: int = 32  # SFT batch size
+    sft_lr: float = 3e-3  # SFT learning rate
+    num_prompts: int = 512  # RL training prompts
+    num_eval: int = 256  # held-out evaluation prompts
+    # RL algorithms run from the same SFT start (grpo, dr_grpo, rloo, ppo)
     algorithms: tuple[str, ...] = ("grpo", "ppo")
-    seeds: tuple[int, ...] = (0, 1, 2)
-    rl_steps: int = 60
-    prompts_per_step: int = 16
-    group_size: int = 8
-    rl_lr: float = 1e-3
-    kl_coef: float = 0.1
-    kl_bound: float = 0.5
-    temperature: float = 1.0
-
+    seeds: tuple[int, ...] = (0, 1, 2)  # seeds, each an SFT start and every algorithm from it
+    rl_steps: int = 60  # RL updates per algorithm
+    prompts_per_step: int = 16  # prompts per RL update
+    group_size: int = 8  # completions sampled per prompt (G)
+    rl_lr: float = 1e-3  # RL learning rate
+    kl_coef: float = 0.1  # weight of the KL(policy || SFT) penalty
+    kl_bound: float = 0.5  # the per-token KL to the SFT model the claim allows at the end
+    temperature: float = 1.0  # sampling temperature of the rollouts
     def __post_init__(self):
         check(0.0 <= self.label_noise < 1.0, "label_noise", self.label_noise, "in [0, 1)")
         check(self.model.vocab_size >= lm_data.vocab_size_needed("reverse", self.num_symbols), "model.vocab_size",
