@@ -102,7 +102,7 @@ def test_pseudo_generator_traces_scale_with_content_and_vanish_without_kernel_no
 @pytest.fixture(scope="module")
 def blackbox():
     cfg = configs.AttackConfig(readings=("additive", "pixel_gain", "spectral_gain"), width=4, steps=30,
-                               surrogate_steps=60, batch_size=16, pseudo_gms=4, surrogate_width=8, target_psnr=26.0)
+                               surrogate_steps=100, batch_size=16, pseudo_gms=4, surrogate_width=8, target_psnr=26.0)
     x, _ = load_digits_images(8)
     bb = T.train_blackbox_attacks(cfg, x[:1200], jax.random.key(0), show_progress=False)
     return cfg, bb, x[1200:1600]
@@ -129,6 +129,10 @@ def test_trained_blackbox_attack_lowers_its_own_surrogate_accuracy_by_20_points(
         assert rep[r]["acc"] < rep["clean_acc"] - 0.20, (r, rep)
         h = bb["history"][f"fool_{r}"]
         assert h[-5:].mean() < h[:5].mean(), (r, h[:5], h[-5:])  # the fool loss went down
-    # the attacked images are on the budget (8-bit rounding and the [0, 1] clip aside)
-    xa = T.apply_learned(cfg, bb["graphdef"], bb["params"]["pixel_gain"], "pixel_gain", x_held[:50], 50)
-    assert float(np.mean(M.psnr(jnp.asarray(x_held[:50]), jnp.asarray(xa)))) == pytest.approx(26.0, abs=1.0)
+    # before the [0, 1] clip every image is exactly on the budget (test_to_budget...); the clip (digits have a black
+    # background) and a gain's box can only lower a perturbation: no reading is below the target PSNR, none far above
+    x50 = jnp.asarray(x_held[:50])
+    for r in cfg.readings:
+        xa = jnp.asarray(T.apply_learned(cfg, bb["graphdef"], bb["params"][r], r, x_held[:50], 50))
+        p = float(np.mean(M.psnr(x50, xa)))
+        assert 26.0 - 0.3 < p < 26.0 + 4.0, (r, p)
