@@ -15,10 +15,12 @@ EXPERIMENT = Experiment(
     title="Multiplicative attack on DeepFake attribution (our reconstruction), MNIST generator zoo",
     presets=PRESETS,
     run=run,
-    # measured on the idle 2-core machine (2026-11-30); compiles are about half of the demo, and the attack
-    # trains in a background thread while the generator zoo trains
-    runtimes={"tiny": "not timed idle (the pipeline test runs it)", "demo": "2.5 min (148 s, first run, compiles included)",
-              "bench": "46 min (the committed benchmark)", "paper": "hours on CPU"},
+    # the demo was 148 s idle before issue 39; the rebuilt demo (more attack programs) ran 24 min under a load
+    # average of about 25 on the 2 shared cores and has not been timed idle since
+    runtimes={"tiny": "not timed idle (the pipeline test runs it)",
+              "demo": "not timed idle after issue 39 (24 min at load average ~25; 2.5 min idle before)",
+              "bench": "see wall_seconds in benchmarks/results/deepfake_attack.json (3 seeds, loaded machine)",
+              "paper": "hours on CPU", "faces64": "GPU; not run"},
 )
 
 __all__ = ["EXPERIMENT", "Config", "PRESETS", "run", "train_and_evaluate"]
