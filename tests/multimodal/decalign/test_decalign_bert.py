@@ -109,7 +109,7 @@ def test_forward_matches_reference_and_ignores_padding(folder):
         np.testing.assert_allclose(got2[i, :n], got[i, :n], rtol=1e-5, atol=1e-5)
 
 
-def test_token_id_path_loads_the_folder_and_trains(folder, tmp_path):
+def test_token_id_path_loads_the_folder_into_the_model(folder, tmp_path):
     path, params = folder
     data = D.load_mmsa(SAMPLE, text_input="bert")
     assert data["train"]["text"].shape[-1] == 3  # (N, L, 3): ids, mask, segments
@@ -122,9 +122,31 @@ def test_token_id_path_loads_the_folder_and_trains(folder, tmp_path):
     graphdef, init = train.make_model(cfg, train.input_dims(data))
     loaded = B.load_text_encoder(init(jax.random.key(0)), path)
     np.testing.assert_array_equal(np.asarray(nnx.to_pure_dict(loaded)["text_encoder"]["p_word"]), params["word"])
-    res = train.train_and_evaluate(cfg, tmp_path / "run", progress=False)
-    assert np.isfinite(res["runs"][0]["mae"]) and np.all(np.isfinite(res["history"]["terms"][-1]["loss"]))
+    model = nnx.merge(graphdef, loaded)
+    tr = data["train"]
+    lengths = jnp.stack([jnp.asarray(tr[k][:4]) for k in D.LENGTH_KEYS])
+    out = model(jnp.asarray(tr["text"][:4]), jnp.asarray(tr["audio"][:4]), jnp.asarray(tr["vision"][:4]), None,
+                lengths=lengths)
+    assert out["out"].shape == (4, 1) and np.all(np.isfinite(np.asarray(out["out"])))
+    # the text branch is BERT's output on the ids: other ids, another prediction
+    ids = tr["text"][:4].copy()
+    ids[:, :, 0] = (ids[:, :, 0] + 1) % TINY.vocab_size
+    other = model(jnp.asarray(ids), jnp.asarray(tr["audio"][:4]), jnp.asarray(tr["vision"][:4]), None, lengths=lengths)
+    assert np.abs(np.asarray(other["out"]) - np.asarray(out["out"])).max() > 1e-4
     with pytest.raises(ConfigError, match="model.text_encoder"):
         dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, text_encoder=""))
     with pytest.raises(D.DataSchemaError, match="missing key 'text_bert'"):
         D.load_mmsa(pathlib.Path(__file__).with_name("decalign_sample_mmsa.pkl"), text_input="bert")
+
+
+@pytest.mark.slow
+def test_token_id_path_trains(folder, tmp_path):
+    """The real training function with the BERT text encoder (fine-tuned) on the unaligned sample's text_bert."""
+    path, _ = folder
+    cfg = configs.tiny()
+    cfg = dataclasses.replace(cfg, variants=("full",),
+                              data=dataclasses.replace(cfg.data, source="pickle", path=str(SAMPLE), text_input="bert"),
+                              model=dataclasses.replace(cfg.model, text_encoder=str(path)),
+                              train=dataclasses.replace(cfg.train, epochs=1))
+    res = train.train_and_evaluate(cfg, tmp_path / "run", progress=False)
+    assert np.isfinite(res["runs"][0]["mae"]) and np.all(np.isfinite(res["history"]["terms"][-1]["loss"]))
