@@ -64,7 +64,8 @@ def make_claims(rows) -> list[dict]:
                                    and r["seed"] == s and r["task"] in dyn])) for s in seeds]
         claims.append(results.paired_claim(
             "rmd_beats_coc_dynamic", "over push, carry and open: one compiled RMD reward (no per-task tuning) "
-            "completes more than chain-of-contacts", pooled("rmd"), pooled("coc"), chance=pooled("rmd", "untrained_completion"),
+            "completes more than chain-of-contacts", pooled("rmd"), pooled("coc"),
+            chance=pooled("rmd", "untrained_completion"),
             evidence="per seed, the mean eval completion over the dynamic tasks"))
         claims.append(results.paired_claim(
             "rmd_matches_hand_dynamic", "over push, carry and open: one compiled RMD reward matches the "
@@ -88,10 +89,12 @@ def make_claims(rows) -> list[dict]:
     for r in rows:
         if r.get("kind") == "speed_mjx" and "env_steps_per_second" in r:
             claims.append(results.check(
-                f"mjx_scene_speed_run{r['mjx_run']}_{'cached' if r['persistent_cache'] else 'cold'}", "the MJX scene (arm on slides + box + table + hinged door) steps vmapped without "
+                f"mjx_scene_speed_run{r['mjx_run']}_{'cached' if r['persistent_cache'] else 'cold'}",
+                "the MJX scene (arm on slides + box + table + hinged door) steps vmapped without "
                 "NaNs; the figure and the compile time are reported, with the machine's load",
                 bool(r["finite"]), f"{r['env_steps_per_second']:.0f} env steps/s over {r['n_envs']} envs x "
-                f"{r['steps']} steps, compile {r['compile_seconds']:.1f} s (second call {r['second_call_seconds']:.2f} s, "
+                f"{r['steps']} steps, compile {r['compile_seconds']:.1f} s "
+                f"(second call {r['second_call_seconds']:.2f} s, "
                 f"{r['compiles']} compile(s)), persistent cache {'on' if r['persistent_cache'] else 'off'}, "
                 f"load {r['load']}"))
         if r.get("kind") == "speed_2d":

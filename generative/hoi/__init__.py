@@ -4,7 +4,6 @@ OpenAI-compatible LLM planner, a pure-JAX 2D scene, an MJX scene (optional extra
 the hand-engineered and chain-of-contacts comparison rewards. See README.md."""
 
 from core.registry import Experiment
-
 from generative.hoi.configs import HOIConfig, presets
 
 

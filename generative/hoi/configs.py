@@ -4,7 +4,7 @@ hand-engineered, chain-of-contacts) over four tasks.
 Presets (2 shared CPU cores):
 - `tiny`: `iclr26 run hoi --preset tiny` (seconds after the compile): 2 updates of 16 envs, numbers meaningless.
 - `demo`: `iclr26 run hoi --preset demo` (measured in README.md): every task x every arm, one seed, 256 envs x
-  80 steps, 20 updates (0.4 M env steps per run, 12 runs in one jit); completion, stability and frame strips in
+  80 steps, 15 updates (0.3 M env steps per run, 12 runs in one jit); completion, stability and frame strips in
   the run folder. Completion stays low at this budget; the numbers are a tour, the benchmark is the claim.
 - `paper`: the GPU setting of the issue: 4096 envs x 100 steps x 250 updates (~100 M env steps per run), 5
   seeds. Defined, not run here (and on the 2D scene: PPO on the MJX scene is not wired, see README).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 
 from core.config import check
-
 from generative.hoi.env import ARMS, TASKS
 
 
@@ -86,5 +85,5 @@ class HOIConfig:
 def presets() -> dict[str, HOIConfig]:
     tiny = HOIConfig(tasks=("push", "open"), arms=("rmd", "hand"), seeds=1, n_envs=16, horizon=20, updates=2,
                      chunk=1, epochs=1, minibatches=2, eval_envs=8, strip_frames=3)
-    demo = HOIConfig(seeds=1, n_envs=256, horizon=80, updates=20, chunk=5, eval_envs=256)
+    demo = HOIConfig(seeds=1, n_envs=256, horizon=80, updates=15, chunk=5, eval_envs=256)
     return {"tiny": tiny, "demo": demo, "paper": HOIConfig()}

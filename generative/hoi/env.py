@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 
 from core.config import BadInputError
-
 from generative.hoi import plan as plan_lib
 from generative.hoi import rewards, scene2d
 from generative.hoi.planner import TemplatePlanner

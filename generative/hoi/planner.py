@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from core.config import BadInputError
-
 from generative.hoi import plan as plan_lib
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
@@ -67,8 +66,8 @@ class TemplatePlanner:
     def __call__(self, command: str) -> plan_lib.Plan:
         text = " ".join(command.lower().strip().rstrip(".").split())
         text = re.sub(r"\(([^)]*)\)", lambda m: "(" + m.group(1).replace(",", "|") + ")", text)  # keep (x, y)
-        parts = [p.strip().replace("|", ",") for p in re.split(r"\s*(?:,\s*and then|,\s*then|\band then\b|;|,|\bthen\b)\s*", text)
-                 if p.strip()]
+        separators = r"\s*(?:,\s*and then|,\s*then|\band then\b|;|,|\bthen\b)\s*"
+        parts = [p.strip().replace("|", ",") for p in re.split(separators, text) if p.strip()]
         if not parts:
             raise BadInputError(f"command={command!r}: expected {GRAMMAR}")
         subtasks = []
@@ -91,9 +90,10 @@ person with a torso and one arm ending in a gripper hand. Reply with ONE JSON ob
 {"command": str, "subtasks": [{"name": str, "edges": [{"human": "hand"|"torso", "object": "box"|"handle",
 "relation": "approach"|"contact"|"move_with"|"release"|"keep_distance"|"hold_still", "distance": float (m),
 "grasp": bool}], "goal": {"object": "box", "target": [x, y] | "table"} | {"object": "door", "angle": rad} | null,
-"hold_steps": int}]}. Sub-tasks are time-ordered (at most %d, at most %d edges each); a sub-task is done when all
-its edges and its goal hold for hold_steps steps. The room spans [-2.2, 2.2] m in x and y.""" % (
-    plan_lib.MAX_SUBTASKS, plan_lib.MAX_EDGES)
+"hold_steps": int}]}. """ + (
+    f"Sub-tasks are time-ordered (at most {plan_lib.MAX_SUBTASKS} sub-tasks, at most {plan_lib.MAX_EDGES} edges "
+    "each); a sub-task is done when all its edges and its goal hold for hold_steps steps. The room spans "
+    "[-2.2, 2.2] m in x and y.")
 
 Transport = Callable[[str, dict[str, Any], dict[str, str]], dict[str, Any]]
 

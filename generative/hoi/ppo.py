@@ -20,7 +20,6 @@ from flax import nnx
 
 from core.rl.advantages import gae, masked_whiten
 from core.rl.losses import clipped_surrogate, value_loss
-
 from generative.hoi import env as env_lib
 from generative.hoi import metrics as metrics_lib
 from generative.hoi.configs import HOIConfig
@@ -68,7 +67,8 @@ class Rollout(NamedTuple):
 
 def make_train(config: HOIConfig):
     """(init(key, task) -> RunState, chunk(RunState, task) -> (RunState, metrics (chunk,)), evaluate(params, task,
-    key) -> (final EnvState, rewards (T, N), first episode's states), apply(params, obs)), each a pure function of one run; vmap them over runs."""
+    key) -> (final EnvState, rewards (T, N), first episode's states), apply(params, obs)), each a pure function
+    of one run; vmap them over runs."""
     c = config
     model = ActorCritic(env_lib.OBS_DIM, ACTION_DIM, c.hidden, rngs=nnx.Rngs(0))
     graphdef, _ = nnx.split(model)

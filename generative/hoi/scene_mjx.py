@@ -1,6 +1,6 @@
 """The MJX scene (optional extra `hoi`: mujoco, mujoco-mjx): the 2D scene's layout in MuJoCo, top-down with
-gravity off: a torso (a sphere) on two slide joints with a 2-link arm (shoulder and elbow hinges about z, a sphere hand),
-a box on two slide joints (dynamic), a table (a static box) and a door on a hinge with joint limits
+gravity off: a torso (a sphere) on two slide joints with a 2-link arm (shoulder and elbow hinges about z, a
+sphere hand), a box on two slide joints (dynamic), a table (a static box) and a door on a hinge with joint limits
 (articulated); joint damping stands in for floor friction. Four motors (torso x / y force, two joint torques).
 There is no gripper here (the 2D scene's grasp has no MJX counterpart yet).
 
@@ -40,7 +40,8 @@ XML = f"""
       <joint name="ty" type="slide" axis="0 1 0" damping="{s2.DAMP_TORSO * s2.M_TORSO}"/>
       <geom name="torso" type="sphere" size="{s2.R_TORSO}" mass="{s2.M_TORSO}"/>
       <body name="upper" pos="0 0 0">
-        <joint name="shoulder" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}" armature="{s2.I_JOINT}"/>
+        <joint name="shoulder" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}"
+               armature="{s2.I_JOINT}"/>
         <geom type="capsule" fromto="0 0 0.15 {s2.L1} 0 0.15" size="0.03" mass="0.1" contype="0" conaffinity="0"/>
         <body name="fore" pos="{s2.L1} 0 0">
           <joint name="elbow" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}" armature="{s2.I_JOINT}"/>

@@ -20,7 +20,6 @@ import numpy as np
 
 from core import plots
 from core import train as train_lib
-
 from generative.hoi import env as env_lib
 from generative.hoi import metrics as metrics_lib
 from generative.hoi import ppo, render
@@ -109,7 +108,8 @@ def run(config: HOIConfig, workdir: str | pathlib.Path) -> dict[str, Any]:
         for arm in config.arms:
             idx = [i for i, (t, a, _) in enumerate(result.runs) if t == task and a == arm]
             curves[arm] = (x, result.curves["completion"][idx].mean(0))
-        plots.line_plot(workdir / f"completion_{task if task in env_lib.TASKS else f'command{n}'}.png", curves, title=f"{task}: training completion",
+        stem = task if task in env_lib.TASKS else f"command{n}"
+        plots.line_plot(workdir / f"completion_{stem}.png", curves, title=f"{task}: training completion",
                         xlabel="PPO update", ylabel="completion rate")
     plots.bar_plot(workdir / "completion.png", {k: v["completion"] for k, v in summary.items()},
                    title="eval completion (mean-action policy)", ylabel="completion rate")

@@ -7,7 +7,8 @@ import json
 import jax
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from core.config import BadInputError, ConfigError, apply_overrides
 from core.sharding import make_mesh
