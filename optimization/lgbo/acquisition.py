@@ -159,7 +159,9 @@ def suggest(posts, lifts, best, cands_x: jax.Array, available: jax.Array, cont_m
         if log_weight is not None:
             raw = raw + log_weight
         scores = jnp.where(available, raw, -jnp.inf)
-        idx = jnp.argmax(scores)
+        # argmax on scores rounded to 1e-9: candidates tied up to float rounding (e.g. pool rows that differ only
+        # in a feature the GP ignores) go to the lowest index whatever the device layout / batch size
+        idx = jnp.argmax(jnp.round(scores * 1e9))
         x, val = cands_x[idx], scores[idx]
         if settings.refine_starts > 0:
             _, top = jax.lax.top_k(scores, settings.refine_starts)
