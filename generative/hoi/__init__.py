@@ -19,7 +19,7 @@ EXPERIMENT = Experiment(
     presets=presets(),
     run=_run,
     in_demo=False,  # minutes of PPO on 2 cores: run it by name
-    runtimes={"tiny": "~1 min on 2 CPU cores (mostly the compile)", "demo": "see README.md (2 CPU cores)",
+    runtimes={"tiny": "~1 min on 2 CPU cores (mostly the compile)", "demo": "~6 min on 2 loaded CPU cores",
               "paper": "GPU: 4096 envs, ~100 M env steps per run"},
 )
 
