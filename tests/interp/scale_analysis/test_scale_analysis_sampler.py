@@ -70,3 +70,29 @@ def test_split_rhat_detects_disagreeing_chains():
     assert sample.split_rhat(same) == pytest.approx(1.0, abs=0.02)
     apart = same + np.array([[0.0], [3.0]])
     assert sample.split_rhat(apart) > 1.5
+
+
+def test_split_rhat_equals_numpyro_and_a_hand_computation():
+    numpyro_diag = pytest.importorskip("numpyro.diagnostics")
+    rng = np.random.default_rng(1)
+    for shape, shift in (((2, 11), 0.5), ((2, 40), 0.0), ((4, 9), 1.0)):
+        x = rng.normal(size=shape)
+        x[0] += shift
+        assert sample.split_rhat(x) == pytest.approx(float(numpyro_diag.split_gelman_rubin(x)), rel=1e-10)
+    # by hand: chains [0,1,2,3] and [4,5,6,7] split into [0,1], [2,3], [4,5], [6,7]: W = 0.5, the chain means
+    # 0.5, 2.5, 4.5, 6.5 have variance 20/3, so var+ = (1/2)(0.5) + 20/3 and R-hat = sqrt(var+ / W)
+    x = np.arange(8.0).reshape(2, 4)
+    assert sample.split_rhat(x) == pytest.approx(np.sqrt((0.25 + 20 / 3) / 0.5))
+
+
+def test_steps_give_equal_simulated_time_at_every_p():
+    kw = dict(sim_time=10.0, n_records=20, step_size=0.7, curvature=1.0, kappa=0.1)
+    for p in (32, 320, 3200):
+        every = sample.steps_per_record(p, **kw)
+        eta = sample.step_size_at(p, step_size=0.7, curvature=1.0, kappa=0.1)
+        assert 10.0 <= every * 20 * eta < 10.0 + 20 * eta + 1e-9
+    # ~sqrt(P) more steps at large P (eta ~ 1/sqrt(P/kappa)); a fixed count would give ~sqrt(100)x less time
+    ratio = sample.steps_per_record(3200, **kw) / sample.steps_per_record(32, **kw)
+    assert ratio == pytest.approx(np.sqrt((1 + 32000) / (1 + 320)), rel=0.05)
+    assert sample.step_size_at(100, step_size=0.5, curvature=1.0, kappa=0.1) == pytest.approx(
+        float(sample.step_sizes(jnp.array([100]), step_size=0.5, curvature=1.0, kappa=0.1)[0]))
