@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import pathlib
 import subprocess
 import sys
@@ -81,8 +80,10 @@ def make_claims(record: dict) -> list[dict]:
                 ha = [by[(ours, s)]["hits_at_1"] for s in seeds]
                 hb = [by[(base, s)]["hits_at_1"] for s in seeds]
                 evidence += f"; hits at 1 per seed {ha} vs {hb} (out of {n_test})"
-            rel = (np.mean(a) / np.mean(b) - 1) * 100 if np.mean(b) > 0 else math.inf
-            evidence += f"; relative change {rel:+.1f} %"
+            if np.mean(b) > 0:
+                evidence += f"; relative change {(np.mean(a) / np.mean(b) - 1) * 100:+.1f} %"
+            else:
+                evidence += "; relative change undefined (the baseline scores 0)"
             claims.append(paired_claim(
                 f"{ours}_beats_{base}_{'r1' if key == 'r_at_1' else 'lexical'}",
                 f"{ours.upper()} improves {label} over {base} (paired over seeds, same test set)", a, b,
