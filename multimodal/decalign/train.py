@@ -289,6 +289,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         states, saved = checkpointer.restore(states)
         best, history = saved["best"], saved["history"]
         plateau = saved.get("plateau", plateau)
+    from core.train import MetricsLog
+    log = MetricsLog(workdir / "metrics.jsonl", first_epoch, config=config)  # one record per epoch
     step_times = []
     for epoch in range(first_epoch, config.train.epochs):
         perms = np.stack([np.random.default_rng([int(s), epoch]).permutation(n)[: steps_per_epoch * bs]
@@ -320,11 +322,19 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
                        for i, ps in enumerate(plateau)]
             states = states._replace(opt_state=set_lr_scale(states.opt_state, [ps["scale"] for ps in plateau]))
             history.setdefault("lr_scale", []).append([ps["scale"] for ps in plateau])
+        record = {"step": epoch + 1, "train_loss": float(np.mean(m["loss"])),
+                  "val_loss": float(np.mean(history["val_loss"][-1])),
+                  "test_score": float(np.mean(history["test_mae"][-1]))}
+        for variant in config.variants:  # each variant's mean over its seeds
+            cols = [i for i, (v, _) in enumerate(runs) if v == variant]
+            record[f"val_loss/{variant}"] = float(np.mean([vals[i]["loss"] for i in cols]))
+        log.write(record)
         checkpointer.save(epoch + 1, states, data_state={"best": best, "history": history, "plateau": plateau})
         if progress:
             print(f"[decalign] epoch {epoch + 1}/{config.train.epochs}  {time.time() - t:.1f}s  "
                   f"val loss {np.mean(history['val_loss'][-1]):.4f}  train loss {np.mean(m['loss']):.4f}", flush=True)
     checkpointer.close()
+    log.close()
     # steady-state speed: epochs after the first (which includes compilation); nan if all were restored
     later = step_times[1:] or step_times
     run_steps_per_s = r * sum(s for _, s in later) / sum(t for t, _ in later) if later else float("nan")

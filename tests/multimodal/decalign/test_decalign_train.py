@@ -64,6 +64,12 @@ def test_interrupted_run_resumes_at_its_last_epoch_to_the_uninterrupted_result(t
     assert resumed["speed"]["epochs_run"] == 2  # epochs 2 and 3 only
     assert resumed["runs"] == whole["runs"]
     assert resumed["history"] == whole["history"]
+    # metrics.jsonl: one record per epoch, the killed run's records not repeated, the same values as uninterrupted
+    def records(folder):
+        return [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records("killed")] == [1, 2, 3]
+    assert records("killed") == records("whole")
+    assert records("whole")[-1]["val_loss"] == pytest.approx(np.mean(whole["history"]["val_loss"][-1]))
 
 
 def test_sharded_step_equals_single_device():
