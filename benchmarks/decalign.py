@@ -12,8 +12,8 @@ taken at its best validation-loss epoch. A run whose validation loss diverged (n
 constant predictor, or above 2x its best before early stopping) is flagged `failed` in its row, with the reason;
 failed runs stay in the claims (dropping them would flatter the method) and are counted in the table. The
 latent oracle (an MLP on the generating latents, `multimodal/decalign/oracle.py`) shows the headroom: how far
-a model that recovered the shared and unique factors could get. Writes benchmarks/results/decalign.json, decalign_*.png and the
-README table between the results markers.
+a model that recovered the shared and unique factors could get. Writes benchmarks/results/decalign.json,
+decalign_*.png and the README table between the results markers.
 """
 
 from __future__ import annotations
@@ -126,8 +126,9 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
                 f"heterogeneity {h:g}: an MLP on the generating latents (the oracle) beats the fusion baseline's test "
                 "MAE, i.e. recovering the shared and unique factors leaves room for alignment to help",
                 *_arms(rows, h, ORACLE, "baseline", "mae"), higher_is_better=False,
-                evidence=f"latent oracle vs baseline MAE; full - baseline MAE "
-                         f"{np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[0]) - np.mean(_arms(rows, h, 'full', 'baseline', 'mae')[1]):+.3f}"))
+                evidence="latent oracle vs baseline MAE; full - baseline MAE "
+                         + format(np.mean(_arms(rows, h, "full", "baseline", "mae")[0])
+                                  - np.mean(_arms(rows, h, "full", "baseline", "mae")[1]), "+.3f")))
         for term, variant, ref in (("decoupling", "+dec", "baseline"), ("heterogeneity alignment", "+hetero", "+dec"),
                                    ("homogeneity alignment", "+homo", "+dec")):
             if not {(h, variant), (h, ref)} <= have:
@@ -184,8 +185,8 @@ def main(argv=None):
                     help="recompute the claims (and the README table) from the rows in the committed JSON; command, "
                          "git_commit, wall_seconds and rows are kept as they were")
     ap.add_argument("--add-oracle", action="store_true",
-                    help="keep the committed ablation rows and add the oracle rows (the generator is deterministic: the "
-                         "same data) and the failure flags that the stored rows allow (best validation loss vs the "
+                    help="keep the committed ablation rows and add the oracle rows (the generator is deterministic: "
+                         "the same data) and the failure flags that the stored rows allow (best validation loss vs the "
                          "constant predictor; divergence needs the per-epoch trajectory, which older rows lack)")
     args = ap.parse_args(argv)
     if args.add_oracle:
@@ -201,7 +202,8 @@ def main(argv=None):
         path.write_text(json.dumps(rec, indent=2) + "\n")
         render(path)
         for c in rec["claims"]:
-            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c.get("effect"), c.get("interval"))
+            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c.get("effect"),
+                  c.get("interval"))
         return
     t0 = time.time()
     load_at_start = os.getloadavg()
@@ -211,7 +213,8 @@ def main(argv=None):
         if args.variants:
             cfg = dataclasses.replace(cfg, variants=tuple(args.variants))
         tag = "_".join(v.strip("+") for v in args.variants) + "_" if args.variants else ""
-        raw = pathlib.Path(args.raw_dir) / f"{args.name}_{tag}h{h:g}_s{args.seeds}_e{args.epochs}_n{args.n_train}_noise{args.noise:g}.json"
+        raw = pathlib.Path(args.raw_dir) / (f"{args.name}_{tag}h{h:g}_s{args.seeds}_e{args.epochs}_n{args.n_train}"
+                                            f"_noise{args.noise:g}.json")
         if raw.exists():
             res = json.loads(raw.read_text())
         else:
@@ -231,11 +234,13 @@ def main(argv=None):
         per_level[h] = res
         cfg_last = cfg
         for i, r in enumerate(res["runs"]):  # with each run's validation-loss curve, the failure flags' evidence
-            rows.append({"heterogeneity": h, **r, "val_curve": [round(float(v[i]), 5) for v in res["history"]["val_loss"]]})
+            rows.append({"heterogeneity": h, **r,
+                         "val_curve": [round(float(v[i]), 5) for v in res["history"]["val_loss"]]})
         for r in res["oracle_latent"]:
             rows.append({"heterogeneity": h, "variant": ORACLE, "failed": False, "failure": "", **r})
         st = sample_summary([r for r in rows if r["heterogeneity"] == h])[str(h)]
-        bar_plot(RESULTS_DIR / f"{args.name}_mae_h{h:g}.png", {v: st[v]["mae"]["mean"] for v in (*cfg.variants, ORACLE)},
+        bar_plot(RESULTS_DIR / f"{args.name}_mae_h{h:g}.png",
+                 {v: st[v]["mae"]["mean"] for v in (*cfg.variants, ORACLE)},
                  {v: st[v]["mae"]["std"] for v in (*cfg.variants, ORACLE)},
                  title=f"DecAlign ablation, heterogeneity {h:g}: test MAE ({args.seeds} seeds)", ylabel="MAE")
     wall = sum(speeds["train_wall_seconds"].values()) if all(
@@ -324,7 +329,8 @@ def render(path: pathlib.Path):
     """Write the README table between <!-- table:decalign --> markers from the results JSON."""
     rec = json.loads(path.read_text())
     lines = [f"Synthetic MOSI-like data, {rec['scale']['seeds']} seeds, {rec['scale']['epochs']} epochs, "
-             f"n_train {rec['scale']['n_train']}, feature noise {rec['scale'].get('noise', 0.5):g}; mean ± sample sd over seeds of test metrics at the best "
+             f"n_train {rec['scale']['n_train']}, feature noise {rec['scale'].get('noise', 0.5):g}; "
+             f"mean ± sample sd over seeds of test metrics at the best "
              f"validation-loss epoch (Acc-2, F1 on non-zero labels, in %). Wall {rec['wall_seconds']:.0f} s.", "",
              "| heterogeneity | variant | MAE ↓ | Corr ↑ | Acc-2 ↑ | F1 ↑ | Acc-7 ↑ | failed runs |",
              "|---|---|---|---|---|---|---|---|"]
@@ -334,13 +340,15 @@ def render(path: pathlib.Path):
                          + f" | {st.get('failed', '–')}/{st['mae']['n']} |")
         if h in rec.get("oracles", {}):
             o = rec["oracles"][h]["clean_labels"]
-            lines.append(f"| {h} | label floor (unrounded label) | {o['mae']:.3f} | {o['corr']:.3f} | {100 * o['acc2']:.1f} "
+            lines.append(f"| {h} | label floor (unrounded label) | {o['mae']:.3f} | {o['corr']:.3f} "
+                         f"| {100 * o['acc2']:.1f} "
                          f"| {100 * o['f1']:.1f} | {100 * o['acc7']:.1f} | – |")
     failures = [f"h={r['heterogeneity']:g} {r['variant']} seed {r['seed']}: {r['failure']}" for r in rec["rows"]
                 if r.get("failed")]
     partial = any(r.get("failure_check", "").startswith("partial") for r in rec["rows"])
     lines += ["", "Failed runs" + (" (these rows predate the per-epoch curves: only their best validation loss "
-                                   "against the constant predictor's could be checked, not divergence)" if partial else "")
+                                   "against the constant predictor's could be checked, not divergence)"
+                                   if partial else "")
               + ": " + ("; ".join(failures) if failures else "none") + "."]
     verdicts = {True: "**held**", False: "**not held**", None: "**inconclusive**"}
     lines += ["", "Claims (paired over seeds; effect = mean paired difference with its 95% t-interval):", "",

@@ -60,15 +60,24 @@ import numpy as np  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.results import (RESULTS_DIR, check, claim, recompute_claims, interval_claim,  # noqa: E402
-                          paired_claim, verdict, write_results)
+from core.results import (  # noqa: E402
+    RESULTS_DIR,
+    check,
+    claim,
+    interval_claim,
+    paired_claim,
+    recompute_claims,
+    verdict,
+    write_results,
+)
 from optimization.fedftrl.configs import PRESETS  # noqa: E402
 from optimization.fedftrl.train import run_experiment, slope  # noqa: E402
 
 LR_GRID = (8.0, 2.0, 0.5, 0.125, 0.03125)    # c of 1/gamma_t = c V sqrt(C t / log K); 8 is the notes' value
 SELECTION_SEED = 1000                          # base seed of the lr selection runs (test runs: base seed 0)
-ROW_KEYS = ("algorithm", "topology", "setting", "eps", "lr_scale", "T", "V", "K", "seeds", "final_regret", "final_regret_ci95",
-            "final_regret_std", "final_regret_worst_agent", "slope", "slope_second_half", "truncated_fraction")
+ROW_KEYS = ("algorithm", "topology", "setting", "eps", "lr_scale", "T", "V", "K", "seeds", "final_regret",
+            "final_regret_ci95", "final_regret_std", "final_regret_worst_agent", "slope", "slope_second_half",
+            "truncated_fraction")
 
 
 def _copy_pngs(src: pathlib.Path, prefix: str) -> list[str]:
@@ -154,7 +163,8 @@ def make_claims(rows, timing: dict, seeds: int, T: int) -> list[dict]:
                 worst = (d, lo, hi)
     claims.append(claim(
         "lowest_regret", "FedFTRL (lr_scale chosen on separate seeds) has the lowest mean individual regret at T on "
-        "every topology (stochastic, paper setting)", all_of(parts), "final regret differences, 95% interval: " + "; ".join(texts)
+        "every topology (stochastic, paper setting)", all_of(parts),
+        "final regret differences, 95% interval: " + "; ".join(texts)
         + ("" if tests == {"paired t"} else f"; {RERUN_NOTE}"),
         n=min(int(r["seeds"]) for r in stoch), effect=float(worst[0]), interval=[float(worst[1]), float(worst[2])],
         test=" / ".join(sorted(tests)) + " interval of each difference vs 0 (three-valued AND; the least "
@@ -215,7 +225,8 @@ def make_claims(rows, timing: dict, seeds: int, T: int) -> list[dict]:
         runs = {r["eps"]: r for r in rows if r["setting"] == "stochastic" and r["topology"] == topo and is_test(r)
                 and (r["algorithm"] == "FedFTRL" or r["algorithm"].startswith("FedFTRL-eps"))}
         centre = float(np.mean([r["final_regret"] for r in runs.values()]))
-        hi_r, lo_r = max(runs.values(), key=lambda r: r["final_regret"]), min(runs.values(), key=lambda r: r["final_regret"])
+        hi_r, lo_r = (max(runs.values(), key=lambda r: r["final_regret"]),
+                      min(runs.values(), key=lambda r: r["final_regret"]))
         # insensitive: the extreme eps values differ by less than 20 % of the mean over eps (non-inferiority)
         d, lo, hi, v, _ = compare(hi_r, lo_r, margin=0.2 * centre)
         eps_parts.append(v)
@@ -252,7 +263,8 @@ def make_claims(rows, timing: dict, seeds: int, T: int) -> list[dict]:
             "constant_gap_fedftrl_below_sqrt", "On the constant-gap instance FedFTRL's regret grows no faster than "
             "sqrt(T): per-seed slope below 0.5", c["held"], c["evidence"],
             **{k: c[k] for k in ("n", "effect", "interval", "test")}))
-    adv = {r["algorithm"]: r for r in rows if r["setting"] == "adversarial" and not r["algorithm"].startswith("FedFTRL-lr")}
+    adv = {r["algorithm"]: r for r in rows
+           if r["setting"] == "adversarial" and not r["algorithm"].startswith("FedFTRL-lr")}
     if "FedFTRL" in adv and "FedExp3" in adv:
         a, b = adv["FedFTRL"], adv["FedExp3"]
         d, lo, hi, _, test = compare(a, b)
@@ -350,8 +362,8 @@ def main() -> None:
     # 3. adversarial regret-vs-T sweeps (switching best arm; constant gap), anytime curves up to sweep_T
     sw_shard = devices > 1 and args.sweep_seeds % devices == 0
     if not args.skip_sweep:
-        for preset, algos, folder in (("adversarial_sweep", ("fedftrl", "fedexp3", "fedexp3_default", "gucb", "ind_ftrl"),
-                                       "sweep"),
+        for preset, algos, folder in (("adversarial_sweep",
+                                       ("fedftrl", "fedexp3", "fedexp3_default", "gucb", "ind_ftrl"), "sweep"),
                                       ("constant_gap", ("fedftrl", "fedexp3", "fedexp3_default", "gucb", "ind_ftrl"),
                                        "gap")):
             sw_cfg = dataclasses.replace(PRESETS[preset], T=args.sweep_T, seeds=args.sweep_seeds, algorithms=algos,

@@ -42,8 +42,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.results import (RESULTS_DIR, censored, interval_claim, recompute_claims, paired_claim,  # noqa: E402
-                          write_results)
+from core.results import RESULTS_DIR, censored, interval_claim, paired_claim, recompute_claims, write_results  # noqa: E402
 from optimization.lgbo import configs, train  # noqa: E402
 from optimization.lgbo.data import get_problem  # noqa: E402
 
@@ -281,7 +280,8 @@ def make_claims(rows, arms) -> list[dict]:
             f"{MISALIGNED_MARGIN} (non-inferiority, all problems pooled)",
             ours, base, higher_is_better=False, margin=MISALIGNED_MARGIN,
             evidence=f"margin {MISALIGNED_MARGIN} (half the 10-point band below the 90% target), set in the "
-                     f"issue-41 audit and stated in advance of this (issue-42) run; per problem misaligned vs plain {per}"))
+                     f"issue-41 audit and stated in advance of this (issue-42) run; per problem misaligned vs plain "
+                     f"{per}"))
     if "random" in arms:
         ours = [v for p in problems for v in ttt(p, "random")]
         base = [v for p in problems for v in ttt(p, "none")]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from core.results import RESULTS_DIR, recompute_claims, paired_claim, speedup_claim, write_results  # noqa: E402
+from core.results import RESULTS_DIR, paired_claim, recompute_claims, speedup_claim, write_results  # noqa: E402
 from optimization import gp  # noqa: E402
 from optimization.lgbo import acquisition, model  # noqa: E402
 from optimization.lgbo.data import HARTMANN6_MAX, hartmann6  # noqa: E402
@@ -168,7 +168,8 @@ def make_claims(rows, compile_ours: float, first_bt: float) -> list[dict]:
             f"not worse than BoTorch's by more than {SAME_BEST_MARGIN} (non-inferiority)",
             [r["ours_best"] for r in seeds], [r["botorch_best"] for r in seeds], margin=-SAME_BEST_MARGIN,
             oracle=optimum, evidence=f"Hartmann-6 optimum {optimum}; per seed ours "
-                                     f"{[r['ours_best'] for r in seeds]}, BoTorch {[r['botorch_best'] for r in seeds]}"))
+                                     f"{[r['ours_best'] for r in seeds]}, "
+                                     f"BoTorch {[r['botorch_best'] for r in seeds]}"))
     return claims
 
 
@@ -232,7 +233,8 @@ def main(argv=None) -> int:
                          scale={"ns": ns, "repeats": args.repeats, "seeds": args.seeds,
                                 "iterations": args.iterations, "candidates": N_CAND, "n_max": N_MAX,
                                 "fit_steps": args.fit_steps, "torch": torch.__version__,
-                                "machine": f"{os.cpu_count()} CPU cores, 1-min load average {load_at_start:.1f} at start"},
+                                "machine": f"{os.cpu_count()} CPU cores, "
+                                           f"1-min load average {load_at_start:.1f} at start"},
                          compile_seconds_ours=round(compile_ours, 2), first_call_seconds_botorch=round(first_bt, 2))
     print(f"wrote {path}")
     from lgbo import render_readme  # benchmarks/lgbo.py, beside this file

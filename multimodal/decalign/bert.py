@@ -26,7 +26,8 @@ from safetensors.numpy import save_file
 from core.config import BadInputError
 from core.lm import weights as lm_weights
 
-LAYER_KEYS = ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ln1_s", "ln1_b", "w1", "b1", "w2", "b2", "ln2_s", "ln2_b")
+LAYER_KEYS = ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ln1_s", "ln1_b", "w1", "b1", "w2", "b2", "ln2_s",
+              "ln2_b")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,15 +73,19 @@ def _specs(c: BertConfig) -> list[tuple[str, tuple, bool]]:
            ("embeddings.LayerNorm.weight", ("ln_s",), False), ("embeddings.LayerNorm.bias", ("ln_b",), False)]
     for i in range(c.num_layers):
         p = f"encoder.layer.{i}."
-        out += [(p + "attention.self.query.weight", ("wq", i), True), (p + "attention.self.query.bias", ("bq", i), False),
+        out += [(p + "attention.self.query.weight", ("wq", i), True),
+                (p + "attention.self.query.bias", ("bq", i), False),
                 (p + "attention.self.key.weight", ("wk", i), True), (p + "attention.self.key.bias", ("bk", i), False),
-                (p + "attention.self.value.weight", ("wv", i), True), (p + "attention.self.value.bias", ("bv", i), False),
-                (p + "attention.output.dense.weight", ("wo", i), True), (p + "attention.output.dense.bias", ("bo", i), False),
+                (p + "attention.self.value.weight", ("wv", i), True),
+                (p + "attention.self.value.bias", ("bv", i), False),
+                (p + "attention.output.dense.weight", ("wo", i), True),
+                (p + "attention.output.dense.bias", ("bo", i), False),
                 (p + "attention.output.LayerNorm.weight", ("ln1_s", i), False),
                 (p + "attention.output.LayerNorm.bias", ("ln1_b", i), False),
                 (p + "intermediate.dense.weight", ("w1", i), True), (p + "intermediate.dense.bias", ("b1", i), False),
                 (p + "output.dense.weight", ("w2", i), True), (p + "output.dense.bias", ("b2", i), False),
-                (p + "output.LayerNorm.weight", ("ln2_s", i), False), (p + "output.LayerNorm.bias", ("ln2_b", i), False)]
+                (p + "output.LayerNorm.weight", ("ln2_s", i), False),
+                (p + "output.LayerNorm.bias", ("ln2_b", i), False)]
     return out
 
 
@@ -109,7 +114,8 @@ def read_bert(folder: str | pathlib.Path) -> tuple[BertConfig, dict[str, np.ndar
     def find(name):
         for cand in (name, "bert." + name, name.replace("LayerNorm.weight", "LayerNorm.gamma"),
                      "bert." + name.replace("LayerNorm.weight", "LayerNorm.gamma"),
-                     name.replace("LayerNorm.bias", "LayerNorm.beta"), "bert." + name.replace("LayerNorm.bias", "LayerNorm.beta")):
+                     name.replace("LayerNorm.bias", "LayerNorm.beta"),
+                     "bert." + name.replace("LayerNorm.bias", "LayerNorm.beta")):
             if cand in files:
                 return cand
         raise BadInputError(f"BERT folder {str(folder)!r} lacks tensor {name!r} (nor 'bert.{name}'): expected a "

@@ -7,8 +7,9 @@ carries integer `classification_labels`. Aligned pickles have one length L for a
 ones (MOSI `unaligned_50.pkl`: text 50, audio 375, vision 500) pad each modality to its own length and give the
 valid lengths per clip as `audio_lengths` / `vision_lengths` (padding at the end); the text length comes from
 `text_lengths` or the attention mask row of MMSA's `text_bert` (N, 3, Lt) (ids, mask, segment ids), else it is
-the full Lt. The loader returns `text_lengths`, `audio_lengths`, `vision_lengths` (int32, at least 1) always. Users download these files themselves (see README); nothing is
-downloaded here. The generator writes the same format so the real loader is what runs in every experiment.
+the full Lt. The loader returns `text_lengths`, `audio_lengths`, `vision_lengths` (int32, at least 1) always.
+Users download these files themselves (see README); nothing is downloaded here. The generator writes the same
+format so the real loader is what runs in every experiment.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def check_split(split: Mapping, *, name: str, path: str = "<dict>", task: str = 
     label_key = "regression_labels" if task == "regression" else "classification_labels"
     for key in (*MODALITIES, label_key):
         if key not in split:
-            _fail(path, name, f"missing key {key!r} (has {sorted(split)}); expected {', '.join((*MODALITIES, label_key))}")
+            _fail(path, name,
+                  f"missing key {key!r} (has {sorted(split)}); expected {', '.join((*MODALITIES, label_key))}")
     out = {}
     n = None
     for m in MODALITIES:
@@ -88,7 +90,8 @@ def check_split(split: Mapping, *, name: str, path: str = "<dict>", task: str = 
     if task == "regression":
         y = y.astype(np.float32)
         if not np.isfinite(y).all() or np.abs(y).max(initial=0.0) > 3.0 + 1e-6:
-            _fail(path, f"{name}.{label_key}", f"values in [{y.min():.3g}, {y.max():.3g}]: expected finite values in [-3, 3]")
+            _fail(path, f"{name}.{label_key}",
+                  f"values in [{y.min():.3g}, {y.max():.3g}]: expected finite values in [-3, 3]")
     else:
         if not np.issubdtype(y.dtype, np.integer) and not np.all(y == np.round(y)):
             _fail(path, f"{name}.{label_key}", f"dtype {y.dtype}: expected integer class indices")

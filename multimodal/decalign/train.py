@@ -111,7 +111,8 @@ def flag_failures(val_loss: np.ndarray, constant: float, factor: float, patience
     for i in range(val_loss.shape[1]):
         v = val_loss[:, i]
         if not np.isfinite(v).all():
-            out.append({"failed": True, "failure": f"non-finite validation loss at epoch {int(np.argmin(np.isfinite(v))) + 1}"})
+            out.append({"failed": True,
+                        "failure": f"non-finite validation loss at epoch {int(np.argmin(np.isfinite(v))) + 1}"})
             continue
         best_epoch = int(np.argmin(v))
         best = float(v[best_epoch])

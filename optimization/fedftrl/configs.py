@@ -3,8 +3,9 @@
 Presets (each runs with `iclr26 run fedftrl --preset NAME --workdir DIR`):
   tiny               V=4, K=5, T=300, 4 seeds: seconds; the test smoke run.
   demo               V=9, K=10, T=1000, 16 seeds, stochastic, complete + grid: under a minute; regret PNGs.
-  paper              the paper's synthetic setting (lr_scale SELECTED_LR_SCALE): T=3000, V=16, K=20, 50 runs, complete / grid / RGG-0.5,
-                     FedFTRL, FedExp3, Gossip UCB, IND-FTRL, plus FedFTRL-eps for eps in {0.1, 0.5, 5, 10}.
+  paper              the paper's synthetic setting (lr_scale SELECTED_LR_SCALE): T=3000, V=16, K=20, 50 runs,
+                     complete / grid / RGG-0.5, FedFTRL, FedExp3, Gossip UCB, IND-FTRL, plus FedFTRL-eps for
+                     eps in {0.1, 0.5, 5, 10}.
                      Expected: FedFTRL lowest final mean individual regret on every topology.
   adversarial_sweep  switching-best-arm instance, T=1e5, 10 seeds, complete graph, FedFTRL vs FedExp3;
                      log-log slope of regret vs T (theory: about 0.5 vs 0.67).
@@ -28,7 +29,8 @@ from .networks import GOSSIP_RULES, TOPOLOGIES
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    setting: str = "stochastic"                  # stochastic | corrupted | adversarial | constant_gap | ftl_trap | movielens
+    # stochastic | corrupted | adversarial | constant_gap | ftl_trap | movielens
+    setting: str = "stochastic"
     T: int = 3000                                # horizon
     V: int = 16                                  # agents
     K: int = 20                                  # arms (ignored for movielens: the number of genres)

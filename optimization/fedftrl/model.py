@@ -6,21 +6,22 @@
 feedback: (V, K) losses of round t (a step reads only the pulled arm's entry per agent);
 net: {"P": (V, V) doubly stochastic gossip, "sigma2": sigma_2(P), "D": diameter (int32)};
 hp: traced hyperparameters ({"eps": scale of the topology delay C^P_t, optionally "lr_scale": the constant c in
-1/gamma_t = c V sqrt(C^P_t t / log K), overriding AlgoConfig.lr_scale so one program sweeps it}); x: (V, K) the distributions
-the agents played (one-hot for the deterministic Gossip UCB); aux: scalar diagnostic (fraction of agents
+1/gamma_t = c V sqrt(C^P_t t / log K), overriding AlgoConfig.lr_scale so one program sweeps it}); x: (V, K) the
+distributions the agents played (one-hot for the deterministic Gossip UCB); aux: scalar diagnostic (fraction of agents
 whose estimate was truncated this round, FedFTRL only).  Static options live in `AlgoConfig`.
 
 Algorithms: "fedftrl" (Algorithm 1 of the paper, see README for the reading of each step), "fedexp3"
 (Yi & Vojnovic 2023, anytime theory rates), "fedexp3_default" (FedExp3 at its authors' public default: constant
-learning rate 0.1, exploration 0.01 / t^(1/3)), "gucb" (gossip UCB, Zhu et al. 2021), "ind_ftrl" (Tsallis-INF per agent, no
-communication).  FedFTRL-eps is "fedftrl" with hp["eps"] != 1.
+learning rate 0.1, exploration 0.01 / t^(1/3)), "gucb" (gossip UCB, Zhu et al. 2021), "ind_ftrl" (Tsallis-INF per
+agent, no communication).  FedFTRL-eps is "fedftrl" with hp["eps"] != 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

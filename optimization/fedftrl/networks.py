@@ -203,7 +203,8 @@ def check_gossip(P: np.ndarray, A: np.ndarray | None = None, *, atol: float = 1e
     if np.max(np.abs(rows - 1)) > atol or np.max(np.abs(cols - 1)) > atol:
         raise BadInputError(
             "gossip matrix is not doubly stochastic: row sums in "
-            f"[{rows.min():.6g}, {rows.max():.6g}], column sums in [{cols.min():.6g}, {cols.max():.6g}]; expected all 1")
+            f"[{rows.min():.6g}, {rows.max():.6g}], column sums in [{cols.min():.6g}, {cols.max():.6g}]; "
+            "expected all 1")
     if A is not None:
         A = _check_adjacency(A)
         if A.shape != P.shape:

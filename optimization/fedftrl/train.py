@@ -12,7 +12,6 @@ regret", the paper's plotted quantity) and the worst agent.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import pathlib
@@ -42,7 +41,8 @@ def stack_nets(nets: list[dict]) -> dict:
 
 def make_simulator(algorithm: str, env, T: int, algo_cfg: AlgoConfig = AlgoConfig(), *, base_seed: int = 0,
                    jit: bool = True, in_shardings=None, out_shardings=None):
-    """simulate(seeds (S,) int32, nets, hps) -> {"regret_mean": (R, S, T), "regret_max": (R, S, T), "truncated": (R, S)}.
+    """simulate(seeds (S,) int32, nets, hps) -> {"regret_mean": (R, S, T), "regret_max": (R, S, T),
+    "truncated": (R, S)}.
 
     nets, hps: per-run arguments stacked on a leading axis of R runs (topologies, eps values): every run
     of one algorithm is one call of one compiled program.  Seed s of every run sees the same environment
@@ -144,7 +144,7 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
     timing = {"compile_s": {}, "run_s": {}, "compile_cpu_s": {}, "run_cpu_s": {}}
     in_shardings = None
     if shard_seeds and len(jax.devices()) > 1 and cfg.seeds % len(jax.devices()) == 0:
-        from core.sharding import make_mesh, batch_sharding, replicated
+        from core.sharding import batch_sharding, make_mesh, replicated
         mesh = make_mesh()
         in_shardings = (batch_sharding(mesh), replicated(mesh), replicated(mesh))
         seeds = jax.device_put(seeds, in_shardings[0])
@@ -218,7 +218,8 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
                             sel[lab] = (t[keep], m[keep])
                 if sel:
                     line_plot(workdir / f"regret_loglog_{cfg.setting}_{topo}.png", sel, logx=True, logy=True,
-                              title=f"{cfg.setting}, {topo}: log-log regret", xlabel="T", ylabel="mean individual regret")
+                              title=f"{cfg.setting}, {topo}: log-log regret", xlabel="T",
+                              ylabel="mean individual regret")
     return {"rows": rows, "timing": timing, "networks": networks, "curves": curves}
 
 

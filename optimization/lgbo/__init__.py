@@ -20,5 +20,5 @@ EXPERIMENT = Experiment(
               "paper": "hours on 2 shared cores (4 problems x 4 arms x 20 seeds x 30 rounds)"},
 )
 
-__all__ = ["Campaign", "CampaignFileError", "Categorical", "Config", "Continuous", "Ordinal", "EXPERIMENT", "PRESETS", "Space",
-           "train_and_evaluate"]
+__all__ = ["Campaign", "CampaignFileError", "Categorical", "Config", "Continuous", "Ordinal", "EXPERIMENT", "PRESETS",
+           "Space", "train_and_evaluate"]

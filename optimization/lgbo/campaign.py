@@ -25,11 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.config import BadInputError
 from optimization import gp
 from optimization.lgbo import acquisition, model, oracles, prompts
 from optimization.lgbo.space import Space, sobol
-
-from core.config import BadInputError
 
 VERSION = 1
 
@@ -78,7 +77,7 @@ class Campaign:
 
     # files ---------------------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path, space: Space, *, oracle=None, pool=None, overwrite: bool = False, **settings) -> "Campaign":
+    def create(cls, path, space: Space, *, oracle=None, pool=None, overwrite: bool = False, **settings) -> Campaign:
         path = pathlib.Path(path)
         if path.exists() and not overwrite:
             raise BadInputError(f"campaign file {path} exists; load it with Campaign.load or pass overwrite=True")
@@ -99,7 +98,7 @@ class Campaign:
         return self.path
 
     @classmethod
-    def load(cls, path) -> "Campaign":
+    def load(cls, path) -> Campaign:
         path = pathlib.Path(path)
         try:
             d = json.loads(path.read_text())

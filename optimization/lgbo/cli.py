@@ -1,6 +1,7 @@
 """`iclr26 bo init/ask/tell/status`: a lab user's ask/tell loop over a campaign JSON file.
 
-    iclr26 bo init run.json --space space.json [--pool pool.csv] [--n-init 4] [--llm-url http://127.0.0.1:8000/v1 --llm-model m]
+    iclr26 bo init run.json --space space.json [--pool pool.csv] [--n-init 4]
+                   [--llm-url http://127.0.0.1:8000/v1 --llm-model m]
     iclr26 bo ask run.json -n 3 [--preference "[region, [[...], [...]], 0.8]"]
     iclr26 bo tell run.json --x '{"temp": 80, "solvent": "water"}' --y 0.71      (or --csv results.csv)
     iclr26 bo status run.json [--plot best.png]
@@ -14,11 +15,10 @@ import json
 import pathlib
 import sys
 
-from optimization.lgbo.campaign import Campaign
-from optimization.lgbo.space import Space
-
 from core.config import BadInputError
 from core.data import input_file
+from optimization.lgbo.campaign import Campaign
+from optimization.lgbo.space import Space
 
 
 def _read_rows(path: pathlib.Path) -> list[dict[str, str]]:
@@ -108,7 +108,8 @@ def register(subparsers) -> None:
 
     p = sub.add_parser("init", help="create a campaign file")
     p.add_argument("campaign")
-    p.add_argument("--space", required=True, help="JSON list of parameters (continuous: low/high; categorical: options)")
+    p.add_argument("--space", required=True,
+                   help="JSON list of parameters (continuous: low/high; categorical: options)")
     p.add_argument("--pool", help="CSV of candidate rows (columns named as the parameters): pool mode")
     p.add_argument("--n-init", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

@@ -17,9 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optimization.lgbo.space import Continuous, Space, sobol
-
 from core.config import BadInputError
+from optimization.lgbo.space import Continuous, Space, sobol
 
 OLYMPUS_DIR = pathlib.Path(__file__).parent / "datasets" / "olympus"
 OLYMPUS = {"crossed_barrel": "toughness", "hplc": "peak_area", "lnp3": "drug_loading"}
@@ -72,7 +71,8 @@ def ackley(x: jax.Array) -> jax.Array:
     """Negated Ackley on [0, 1]^d mapped to [-32.768, 32.768]^d; maximum 0 at the centre."""
     z = 65.536 * x - 32.768
     d = x.shape[-1]
-    return -(-20.0 * jnp.exp(-0.2 * jnp.sqrt(jnp.sum(z * z, -1) / d)) - jnp.exp(jnp.sum(jnp.cos(2 * math.pi * z), -1) / d)
+    return -(-20.0 * jnp.exp(-0.2 * jnp.sqrt(jnp.sum(z * z, -1) / d))
+             - jnp.exp(jnp.sum(jnp.cos(2 * math.pi * z), -1) / d)
              + 20.0 + math.e)
 
 

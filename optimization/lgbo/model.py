@@ -73,7 +73,8 @@ def point_box(centre: jax.Array, n_grid: int, target_e: float = POINT_E) -> tupl
 REFERENCE_SOFTNESS = 0.06  # the reference code's smoothing, applied to every box (its "hard" box is never hard)
 
 
-def region_weights(region: Region, grid_u: jax.Array, softness=SOFTNESS, force_soft=False) -> tuple[jax.Array, jax.Array]:
+def region_weights(region: Region, grid_u: jax.Array, softness=SOFTNESS,
+                   force_soft=False) -> tuple[jax.Array, jax.Array]:
     """Weights a (G,) on the grid (sum 1) after the region-size rules; also returns E of the final box.
 
     force_soft (may be traced): sigmoid edges whatever E (the reference code's soft box, with

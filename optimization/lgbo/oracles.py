@@ -20,11 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.config import BadInputError
 from optimization.lgbo import prompts
 from optimization.lgbo.model import Region
 from optimization.lgbo.space import Space
-
-from core.config import BadInputError
 
 MODES = ("none", "aligned", "misaligned", "random")
 

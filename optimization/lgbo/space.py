@@ -72,7 +72,8 @@ class Ordinal(Categorical):
         try:
             lv = [float(o) for o in self.options]
         except ValueError:
-            raise BadInputError(f"ordinal parameter {self.name!r}: options {self.options} must all be numbers") from None
+            raise BadInputError(
+                f"ordinal parameter {self.name!r}: options {self.options} must all be numbers") from None
         if len(set(lv)) != len(lv):
             raise BadInputError(f"ordinal parameter {self.name!r}: levels {lv} must be distinct numbers")
 
@@ -245,7 +246,7 @@ class Space:
         return out
 
     @classmethod
-    def from_json(cls, spec: Sequence[Mapping[str, Any]], *, numeric_as_ordinal: bool = False) -> "Space":
+    def from_json(cls, spec: Sequence[Mapping[str, Any]], *, numeric_as_ordinal: bool = False) -> Space:
         """From a list of {"name", "type": "continuous", "low", "high"} / {"name", "type": "categorical" or
         "ordinal", "options"} (the Olympus config.json `parameters` list is accepted as is). With
         numeric_as_ordinal, a categorical whose options all parse as numbers becomes an Ordinal."""

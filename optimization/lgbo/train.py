@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.plots import line_plot
-from core.train import progress as progress_bar, write_metrics
+from core.train import progress as progress_bar
+from core.train import write_metrics
 from optimization import gp
 from optimization.lgbo import acquisition, model, oracles
 from optimization.lgbo.configs import ARMS, Config
@@ -45,7 +46,8 @@ assert len(ARM_MODE) == len(ARMS)
 
 def simulated_region(arm: jax.Array, key: jax.Array, problem: Problem, config: Config) -> model.Region:
     """The simulated oracle's box for arm index (into ARMS) in unit coordinates."""
-    return oracles.box_region(jnp.asarray(ARM_MODE)[arm], key, jnp.asarray(problem.optimum_u), jnp.asarray(problem.poor_u),
+    return oracles.box_region(jnp.asarray(ARM_MODE)[arm], key, jnp.asarray(problem.optimum_u),
+                              jnp.asarray(problem.poor_u),
                               side=oracles.box_side(config.box_e, config.n_grid, problem.space.n_params),
                               jitter=config.jitter, confidence=config.confidence)
 

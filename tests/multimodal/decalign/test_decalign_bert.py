@@ -83,7 +83,8 @@ def test_bad_folders_raise_one_line_errors(folder, tmp_path):
         B.read_bert(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**TINY.to_hf(), "hidden_size": 12}))
     save_file(load_file(str(path / "model.safetensors")), str(tmp_path / "model.safetensors"))
-    with pytest.raises(BadInputError, match=r"embeddings.word_embeddings.weight has shape \(32, 8\): expected \(32, 12\)"):
+    with pytest.raises(BadInputError,
+                       match=r"embeddings.word_embeddings.weight has shape \(32, 8\): expected \(32, 12\)"):
         B.read_bert(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**TINY.to_hf(), "model_type": "gpt2"}))
     with pytest.raises(BadInputError, match="model_type='gpt2': expected 'bert'"):

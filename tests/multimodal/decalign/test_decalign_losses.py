@@ -22,7 +22,8 @@ def _random_instance(seed, k=(4, 5, 3), d=3):
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _brute_force_mm_sinkhorn(cost, marginals, eps, iters):
-    """Log-domain multi-marginal Sinkhorn written directly: f_m <- eps log a_m - eps LSE_{-m}((sum_{n!=m} f_n - C)/eps)."""
+    """Log-domain multi-marginal Sinkhorn written directly:
+    f_m <- eps log a_m - eps LSE_{-m}((sum_{n!=m} f_n - C)/eps)."""
     k = cost.ndim
 
     def expand(v, m):
@@ -68,7 +69,8 @@ def test_mm_ot_marginals_and_cost_match_brute_force(seed):
 
 def test_mm_ot_gradient_is_finite_and_matches_finite_differences():
     mixes, nus = _random_instance(3)
-    f = jax.jit(lambda mu: L.multimarginal_ot((mixes[0]._replace(means=mu),) + mixes[1:], nus, epsilon=0.1, iters=300).loss)
+    f = jax.jit(lambda mu: L.multimarginal_ot((mixes[0]._replace(means=mu),) + mixes[1:], nus, epsilon=0.1,
+                                              iters=300).loss)
     g = jax.jit(jax.grad(f))(mixes[0].means)
     h = 1e-2
     e = jnp.zeros_like(mixes[0].means).at[1, 2].set(h)
@@ -99,7 +101,8 @@ def test_em_log_likelihood_never_decreases():
         centers = 3.0 * jax.random.normal(ks[0], (4, 6))
         x = centers[jax.random.randint(ks[1], (64,), 0, 4)] + jax.random.normal(ks[2], (64, 6))
         g, post, lls = fit(x)
-        init_ll = L.gmm_log_likelihood(x, L.Mixture(jnp.full(7, 1 / 7), x[jnp.round(jnp.linspace(0, 63, 7)).astype(int)],
+        init_ll = L.gmm_log_likelihood(x, L.Mixture(jnp.full(7, 1 / 7),
+                                                    x[jnp.round(jnp.linspace(0, 63, 7)).astype(int)],
                                                     jnp.broadcast_to(jnp.var(x, 0), (7, 6))))
         lls = np.concatenate([[init_ll], np.asarray(lls)])
         assert np.all(np.diff(lls) >= -1e-4), lls
@@ -160,6 +163,8 @@ def test_supcon_matches_loop():
 def test_local_prototype_loss_matches_loop():
     rng = np.random.default_rng(3)
     x, post, mu = rng.normal(size=(3, 5, 2)), rng.dirichlet(np.ones(4), size=(3, 5)), rng.normal(size=(3, 4, 2))
-    want = np.mean([np.mean([sum(post[m, i, k] * np.mean((x[m, i] - mu[n, k]) ** 2) for k in range(4)) for i in range(5)])
+    want = np.mean([np.mean([sum(post[m, i, k] * np.mean((x[m, i] - mu[n, k]) ** 2) for k in range(4))
+                             for i in range(5)])
                     for m in range(3) for n in range(3) if m != n])
-    np.testing.assert_allclose(L.local_prototype_loss(jnp.asarray(x), jnp.asarray(post), jnp.asarray(mu)), want, rtol=1e-5)
+    np.testing.assert_allclose(L.local_prototype_loss(jnp.asarray(x), jnp.asarray(post), jnp.asarray(mu)), want,
+                               rtol=1e-5)

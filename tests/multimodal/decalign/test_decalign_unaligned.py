@@ -63,7 +63,8 @@ def test_length_errors_and_clamping(tmp_path):
 
     bad = {s: dict(v) for s, v in raw.items()}
     bad["train"]["audio_lengths"] = bad["train"]["audio_lengths"] + 100
-    with pytest.raises(D.DataSchemaError, match=r"train.audio_lengths: values in \[.*\]: expected lengths in \[0, 11\]"):
+    with pytest.raises(D.DataSchemaError,
+                       match=r"train.audio_lengths: values in \[.*\]: expected lengths in \[0, 11\]"):
         D.load_mmsa(write(bad))
     bad = {s: dict(v) for s, v in raw.items()}
     bad["valid"]["vision_lengths"] = bad["valid"]["vision_lengths"][:3]
@@ -119,8 +120,8 @@ def test_padding_does_not_change_outputs(model_and_data):
             np.testing.assert_allclose(np.asarray(got[k]), np.asarray(ref[k]), rtol=1e-5, atol=1e-5, err_msg=k)
         # the padded positions of s and c are zero, so the flattened decoupling cosine is unchanged too
         from multimodal.decalign.losses import decoupling_loss
-        np.testing.assert_allclose(float(decoupling_loss(got["s"], got["c"])), float(decoupling_loss(ref["s"], ref["c"])),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(float(decoupling_loss(got["s"], got["c"])),
+                                   float(decoupling_loss(ref["s"], ref["c"])), rtol=1e-5)
 
 
 def test_padded_batch_equals_each_clip_cut_to_its_own_lengths(model_and_data):

@@ -89,7 +89,8 @@ def test_per_modality_dropout_hits_only_its_modality():
     np.testing.assert_allclose(np.asarray(vision_only(t, a, v0, key)["out"]),
                                np.asarray(vision_only(t, a, v0, None)["out"]), rtol=1e-6)
     text_only = _model(input_dropout=(0.7, 0.0, 0.0))
-    assert np.abs(np.asarray(text_only(t, a, v0, key)["out"]) - np.asarray(text_only(t, a, v0, None)["out"])).max() > 1e-3
+    assert np.abs(np.asarray(text_only(t, a, v0, key)["out"])
+                  - np.asarray(text_only(t, a, v0, None)["out"])).max() > 1e-3
     # attention dropout for audio's transformer only changes audio's fused output h_a (rep[:, d:2d])
     attn = _model(attn_dropout=(0.0, 0.5, 0.0))
     diff = np.abs(np.asarray(attn(t, a, v0, key)["rep"]) - np.asarray(attn(t, a, v0, None)["rep"]))
@@ -194,8 +195,8 @@ def test_oracles_on_generated_data():
     const_mae = np.mean(np.abs(data["test"]["labels"] - np.median(data["train"]["labels"])))
     assert len(rows) == 2 and all(r["mae"] < 0.8 * const_mae for r in rows)
     floor = oracle.clean_label_oracle(data)
-    assert floor["mae"] == pytest.approx(np.mean(np.abs(raw["test"]["clean_labels"] - raw["test"]["regression_labels"])),
-                                         rel=1e-5)
+    assert floor["mae"] == pytest.approx(
+        np.mean(np.abs(raw["test"]["clean_labels"] - raw["test"]["regression_labels"])), rel=1e-5)
     assert floor["mae"] < min(r["mae"] for r in rows)
     with pytest.raises(BadInputError, match="latent_shared"):
         oracle.latent_oracle({s: D.check_split(raw[s], name=s) for s in D.SPLITS}, seeds=1)
@@ -205,7 +206,8 @@ def test_official_preset_and_overrides():
     off = EXPERIMENT.presets["official"]
     assert off.model.norm == "post" and off.model.attn_dropout == (0.1, 0.0, 0.0) and off.model.embed_dropout == 0.25
     assert off.train.optimizer == "adam_l2" and off.train.scheduler == "plateau" and off.loss.moment_pairs == "mean"
-    cfg = apply_overrides(configs.tiny(), ["model.norm=post", "model.input_dropout=0.1,0,0.2", "train.optimizer=adam_l2"])
+    cfg = apply_overrides(configs.tiny(),
+                          ["model.norm=post", "model.input_dropout=0.1,0,0.2", "train.optimizer=adam_l2"])
     assert cfg.model.input_dropout == (0.1, 0.0, 0.2) and cfg.train.optimizer == "adam_l2"
     with pytest.raises(ConfigError, match="model.norm"):
         apply_overrides(configs.tiny(), ["model.norm=middle"])

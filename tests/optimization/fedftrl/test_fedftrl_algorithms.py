@@ -92,7 +92,8 @@ def test_ind_ftrl_regret_is_linear_under_heterogeneity():
 
 
 def test_seed_axis_sharded_over_8_devices_equals_single_device():
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from core.sharding import make_mesh
 

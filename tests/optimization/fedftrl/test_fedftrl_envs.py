@@ -5,8 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from optimization.fedftrl.envs import (FTLTrapEnv, RatingsEnv, StochasticEnv, SwitchingEnv, clipped_normal_mean,
-                                       make_env, read_movielens)
+from optimization.fedftrl.envs import (
+    FTLTrapEnv,
+    RatingsEnv,
+    StochasticEnv,
+    SwitchingEnv,
+    clipped_normal_mean,
+    make_env,
+    read_movielens,
+)
 
 
 def _rollout(env, T, seed=0):
@@ -103,8 +110,8 @@ def test_movielens_reader_and_env(tmp_path):
                     [loss(2.5), loss(1.0), loss(1.0), 1.0]])
     np.testing.assert_allclose(mean[0], exp.mean(0), atol=1e-6)
     np.testing.assert_allclose(fb.mean(0), exp, atol=0.01)
-    np.testing.assert_allclose(np.unique(np.round(fb[:, 0, 2].astype(float), 4)), sorted(loss(r) for r in (5.0, 4.0, 3.0)),
-                               atol=1e-6)
+    np.testing.assert_allclose(np.unique(np.round(fb[:, 0, 2].astype(float), 4)),
+                               sorted(loss(r) for r in (5.0, 4.0, 3.0)), atol=1e-6)
     env_setting = make_env("movielens", V=2, K=0, ratings_path=str(tmp_path))
     assert env_setting.K == 4
 

@@ -3,9 +3,20 @@
 import numpy as np
 import pytest
 
-from optimization.fedftrl.networks import (build_network, check_gossip, complete_graph, diameter,
-                                           fastest_mixing_gossip, grid_graph, make_graph, make_network,
-                                           max_degree_gossip, metropolis_gossip, ring_graph, sigma2)
+from optimization.fedftrl.networks import (
+    build_network,
+    check_gossip,
+    complete_graph,
+    diameter,
+    fastest_mixing_gossip,
+    grid_graph,
+    make_graph,
+    make_network,
+    max_degree_gossip,
+    metropolis_gossip,
+    ring_graph,
+    sigma2,
+)
 
 
 @pytest.mark.parametrize("topology", ["complete", "ring", "grid", "rgg"])

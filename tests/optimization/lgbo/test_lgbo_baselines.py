@@ -4,7 +4,6 @@ soft box, and the piBO arm of the simulated experiment."""
 import dataclasses
 import itertools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from core.config import BadInputError
 from optimization.lgbo import configs, model, train
 from optimization.lgbo.data import Problem, get_problem
-from optimization.lgbo.space import Categorical, Continuous, Ordinal, Space, sobol
+from optimization.lgbo.space import Continuous, Ordinal, Space, sobol
 
 
 def test_lnp3_numeric_levels_are_ordinal_and_lipid_one_hot():

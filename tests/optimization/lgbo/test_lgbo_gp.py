@@ -51,7 +51,8 @@ def test_matern52_matches_numpy():
 def test_posterior_equals_closed_form():
     x, y, mask = data()
     n = int(mask.sum())
-    post = gp.posterior(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask))
+    post = gp.posterior(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x), jnp.asarray(y),
+                        jnp.asarray(mask))
     xs = np.random.default_rng(3).uniform(size=(7, 3))
     mean, var = gp.predict(post, jnp.asarray(xs))
     ls, noise, m = np.asarray(PARAMS.lengthscale), float(PARAMS.noise), float(PARAMS.mean)
@@ -79,14 +80,15 @@ def test_log_joint_equals_scipy_and_ignores_padding():
     ref += stats.lognorm(s=math.sqrt(3), scale=math.exp(math.sqrt(2) + 0.5 * math.log(3))).logpdf(ls).sum()
     ref += stats.lognorm(s=1.0, scale=math.exp(-4.0)).logpdf(noise - gp.NOISE_FLOOR)
     ref += stats.norm.logpdf(m)
-    got = gp.log_joint(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x), jnp.asarray(ys), jnp.asarray(mask))
+    got = gp.log_joint(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x), jnp.asarray(ys),
+                       jnp.asarray(mask))
     np.testing.assert_allclose(got, ref, rtol=1e-10)
     # the same data in a bigger buffer gives the same density and posterior
     x2 = np.concatenate([x[:n], np.zeros((20, 3))])
     y2 = np.concatenate([ys[:n], np.zeros(20)])
     m2 = (np.arange(n + 20) < n).astype(np.float64)
-    np.testing.assert_allclose(gp.log_joint(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x2), jnp.asarray(y2), jnp.asarray(m2)), ref,
-                               rtol=1e-10)
+    np.testing.assert_allclose(gp.log_joint(gp.GPParams(PARAMS.lengthscale, PARAMS.noise, PARAMS.mean), jnp.asarray(x2),
+                                            jnp.asarray(y2), jnp.asarray(m2)), ref, rtol=1e-10)
 
 
 def test_fit_map_improves_and_never_recompiles_as_data_grows():

@@ -86,7 +86,8 @@ def server():
 
 
 def test_openai_oracle_retries_once_with_strict_prompt(server):
-    _Scripted.replies = ["Let me think... the best is somewhere warm.", "[region, [[50, 0, water], [90, 1, water]], 0.7]"]
+    _Scripted.replies = ["Let me think... the best is somewhere warm.",
+                         "[region, [[50, 0, water], [90, 1, water]], 0.7]"]
     oracle = oracles.OpenAIOracle(base_url=server, model="local-llm", temperature=0.2)
     ans = oracle.propose(SPACE, [([30.0, 1.0, "water"], 0.2)], round=0)
     assert ans.region is not None and ans.error is None and len(ans.texts) == 2

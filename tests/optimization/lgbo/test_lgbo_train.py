@@ -23,7 +23,8 @@ def tiny_run(tmp_path_factory):
 def test_tiny_smoke_run_writes_metrics_and_plots(tiny_run):
     workdir, metrics = tiny_run
     assert json.loads((workdir / "metrics.json").read_text()) == pytest.approx(metrics)
-    assert (workdir / "lgbo_lnp3.png").stat().st_size > 1000 and (workdir / "lgbo_lnp3_regret.png").stat().st_size > 1000
+    assert ((workdir / "lgbo_lnp3.png").stat().st_size > 1000
+            and (workdir / "lgbo_lnp3_regret.png").stat().st_size > 1000)
     assert set(metrics) == {f"lnp3/{a}/{k}" for a in ("none", "aligned")
                             for k in ("iters_to_target_mean", "final_regret_mean")}
     detail = json.loads((workdir / "lgbo_curves.json").read_text())["lnp3"]
