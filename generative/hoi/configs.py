@@ -3,9 +3,9 @@ hand-engineered, chain-of-contacts) over four tasks.
 
 Presets (2 shared CPU cores):
 - `tiny`: `iclr26 run hoi --preset tiny` (seconds after the compile): 2 updates of 16 envs, numbers meaningless.
-- `demo`: `iclr26 run hoi --preset demo` (6 min 6 s measured at load 14-20): every task x every arm, one seed, 256 envs x
-  80 steps, 15 updates (0.3 M env steps per run, 12 runs in one jit); completion, stability and frame strips in
-  the run folder. Completion stays low at this budget; the numbers are a tour, the benchmark is the claim.
+- `demo`: `iclr26 run hoi --preset demo` (6 min 6 s measured at load 14-20): every task x every arm, one seed,
+  256 envs x 80 steps, 15 updates (0.3 M env steps per run, 12 runs in one jit); completion, stability and frame
+  strips in the run folder. Completion stays low at this budget; the numbers are a tour, the benchmark is the claim.
 - `paper`: the GPU setting of the issue: 4096 envs x 100 steps x 250 updates (~100 M env steps per run), 5
   seeds. Defined, not run here (and on the 2D scene: PPO on the MJX scene is not wired, see README).
 """
