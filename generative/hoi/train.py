@@ -39,8 +39,12 @@ class GridResult:
     env_steps: int  # training env steps over all runs
 
 
-def run_grid(config: HOIConfig, *, progress_bar: bool = True) -> GridResult:
-    """Train every (task, arm, seed) of `config` together and evaluate each run."""
+def run_grid(config: HOIConfig, *, progress_bar: bool = True, workdir: pathlib.Path | None = None,
+             stop_after_chunks: int | None = None) -> GridResult | None:
+    """Train every (task, arm, seed) of `config` together and evaluate each run. With a workdir, every chunk of
+    updates is logged to metrics.jsonl (means over runs) and checkpointed (all runs' parameters, optimiser and
+    PRNG states, the curves so far), and a rerun resumes from the last chunk; `stop_after_chunks` stops early
+    (returns None: the resume test's interruption)."""
     c = config
     runs = [(t, a, s) for t in c.task_names for a in c.arms for s in range(c.seeds)]
     tasks = env_lib.stack_tasks([env_lib.make_task(t, a) for t, a, _ in runs])
@@ -61,21 +65,44 @@ def run_grid(config: HOIConfig, *, progress_bar: bool = True) -> GridResult:
     step = jax.jit(jax.vmap(chunk), donate_argnums=0)
     curves: dict[str, list[np.ndarray]] = {}
     n_chunks = c.n_updates // c.chunk
+    start, ckpt, log = 0, None, None
+    if workdir is not None:
+        from core.checkpoint import Checkpointer
+        ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints", keep=1, config=config)
+        if ckpt.latest_step() is not None:
+            rs, saved = ckpt.restore(rs)
+            curves = {k: [np.asarray(v, np.float32)] for k, v in saved["curves"].items()}
+            start = int(saved["chunks"])
+        log = train_lib.MetricsLog(pathlib.Path(workdir) / "metrics.jsonl", start * c.chunk, config=config)
     t0 = time.perf_counter()
     compile_seconds = 0.0
-    bar = train_lib.progress(total=n_chunks * c.chunk, desc="hoi ppo updates", disable=not progress_bar)
-    for i in range(n_chunks):
-        rs, m = step(rs, tasks)
-        m = jax.device_get(m)
-        if i == 0:
-            compile_seconds = time.perf_counter() - t0  # the first call compiles (and runs one chunk)
-        if not np.all(np.isfinite(m["loss"])):
-            raise FloatingPointError(f"hoi: non-finite PPO loss in updates {i * c.chunk}..{(i + 1) * c.chunk - 1}")
-        for k, v in m.items():
-            curves.setdefault(k, []).append(np.asarray(v))
-        bar.update(c.chunk)
-        bar.set_postfix(completion=f"{float(np.mean(m['completion'][:, -1])):.2f}")
-    bar.close()
+    bar = train_lib.progress(total=n_chunks * c.chunk, initial=start * c.chunk, desc="hoi ppo updates",
+                             disable=not progress_bar)
+    try:
+        for i in range(start, n_chunks):
+            if stop_after_chunks is not None and i - start >= stop_after_chunks:
+                return None
+            rs, m = step(rs, tasks)
+            m = jax.device_get(m)
+            if i == start:
+                compile_seconds = time.perf_counter() - t0  # the first call compiles (and runs one chunk)
+            if not np.all(np.isfinite(m["loss"])):
+                raise FloatingPointError(f"hoi: non-finite PPO loss in updates {i * c.chunk}..{(i + 1) * c.chunk - 1}")
+            for k, v in m.items():
+                curves.setdefault(k, []).append(np.asarray(v))
+            if log is not None:  # the chunk's last update, averaged over runs
+                last = {k: np.asarray(v)[:, -1] for k, v in m.items()}  # NaN where a metric is undefined
+                log.write({"step": (i + 1) * c.chunk, **{k: float(np.nanmean(v)) for k, v in last.items()
+                                                         if np.isfinite(v).any()}})
+                ckpt.save((i + 1) * c.chunk, rs, data_state={
+                    "chunks": i + 1, "curves": {k: np.concatenate(v, axis=1).tolist() for k, v in curves.items()}})
+            bar.update(c.chunk)
+            bar.set_postfix(completion=f"{float(np.mean(m['completion'][:, -1])):.2f}")
+    finally:
+        bar.close()
+        if ckpt is not None:
+            ckpt.close()
+            log.close()
     train_seconds = time.perf_counter() - t0
     evals, strips = evaluate_all(rs.params)
     return GridResult(runs=runs, curves={k: np.concatenate(v, axis=1) for k, v in curves.items()}, evals=evals,
@@ -99,7 +126,7 @@ def summarise(result: GridResult) -> dict[str, dict[str, float]]:
 def run(config: HOIConfig, workdir: str | pathlib.Path) -> dict[str, Any]:
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    result = run_grid(config)
+    result = run_grid(config, workdir=workdir)
     summary = summarise(result)
     # plots: completion curves per task, final completion bars, one frame strip per task and arm (seed 0)
     x = np.arange(1, result.curves["completion"].shape[1] + 1)

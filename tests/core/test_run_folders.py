@@ -35,7 +35,6 @@ KNOWN_GAPS = {
     "scale-analysis": "the Langevin sweeps write no metrics.jsonl (per-stage R-hat would be its record)",
     "headgan": "the GAN trainer writes no metrics.jsonl",
     "indicvision": "the tiny run writes no PNG plot",
-    "hoi": "the PPO trainer writes no metrics.jsonl",
 }
 
 

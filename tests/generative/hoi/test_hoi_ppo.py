@@ -64,3 +64,18 @@ def test_config_and_task_validation():
         env_lib.make_task("reach box", "hand")
     paper = presets()["paper"]
     assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000
+
+
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """Checkpoint per chunk: stopped after one chunk and rerun, the grid ends where an uninterrupted one ends, and
+    metrics.jsonl holds one record per chunk without repeats."""
+    cfg = dataclasses.replace(TRIVIAL, n_envs=8, horizon=10, updates=20, chunk=10, eval_envs=8, minibatches=2)
+    whole = train.run_grid(cfg, progress_bar=False, workdir=tmp_path / "whole")
+    assert train.run_grid(cfg, progress_bar=False, workdir=tmp_path / "killed", stop_after_chunks=1) is None
+    resumed = train.run_grid(cfg, progress_bar=False, workdir=tmp_path / "killed")
+    for k in whole.curves:
+        np.testing.assert_allclose(resumed.curves[k], whole.curves[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    for a, b in zip(resumed.evals, whole.evals):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7, nan_ok=True)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [10, 20]
