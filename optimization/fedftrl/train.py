@@ -201,6 +201,7 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
 
     if workdir is not None:
         workdir = pathlib.Path(workdir)
+        _write_regret_log(workdir, curves, cfg.T)
         for topo in topologies:
             sel = {lab: _band(c["regret_mean"]) for (lab, tp), c in curves.items() if tp == topo}
             if sel:
@@ -221,6 +222,18 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
                               title=f"{cfg.setting}, {topo}: log-log regret", xlabel="T",
                               ylabel="mean individual regret")
     return {"rows": rows, "timing": timing, "networks": networks, "curves": curves}
+
+
+def _write_regret_log(workdir: pathlib.Path, curves: dict, T: int, records: int = 100) -> None:
+    """metrics.jsonl: the mean-over-seeds individual regret of every (algorithm, topology) at `records` evenly
+    spaced rounds (the simulation is one compiled scan, so the log is written after it)."""
+    from core.train import MetricsLog
+    means = {f"regret/{label}/{topo}": np.asarray(c["regret_mean"], np.float64).mean(0)
+             for (label, topo), c in curves.items()}
+    log = MetricsLog(workdir / "metrics.jsonl", 0)
+    for t in np.unique(np.linspace(1, T, min(records, T)).round().astype(int)):
+        log.write({"step": int(t), **{k: float(v[t - 1]) for k, v in means.items()}})
+    log.close()
 
 
 def train_and_evaluate(cfg: Config, workdir: pathlib.Path) -> dict:

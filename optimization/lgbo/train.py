@@ -260,5 +260,14 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str,
     flat.update({f"{p}/{a}/final_regret_mean": metrics[p][a]["final_regret_mean"]
                  for p in config.problems for a in config.arms})
     (workdir / "lgbo_curves.json").write_text(json.dumps(metrics, indent=1))
+    # metrics.jsonl: one record per BO iteration, each (problem, arm)'s mean best-so-far progress (0 = the
+    # problem's floor, 1 = its optimum); the campaigns are compiled scans, so it is written after them
+    from core.train import MetricsLog
+    log = MetricsLog(workdir / "metrics.jsonl", 0, config=config)
+    iterations = len(metrics[config.problems[0]][config.arms[0]]["curve_mean"])
+    for t in range(iterations):
+        log.write({"step": t, **{f"progress/{p}/{a}": metrics[p][a]["curve_mean"][t]
+                                 for p in config.problems for a in config.arms}})
+    log.close()
     write_metrics(workdir, flat)
     return flat

@@ -30,8 +30,6 @@ def test_the_readme_names_the_run_folder_files():
 # Gaps known from the run of 2026-12-02 (and a reading of the trainers): strict, so a fixed one fails here until
 # it is taken off the list. Each is a gap of issue 50, not an exemption.
 KNOWN_GAPS = {
-    "fedftrl": "the bandit simulation writes no metrics.jsonl (per-round regret would be its record)",
-    "lgbo": "the BO campaign writes no metrics.jsonl (per-round best value would be its record)",
     "scale-analysis": "the Langevin sweeps write no metrics.jsonl (per-stage R-hat would be its record)",
     "headgan": "the GAN trainer writes no metrics.jsonl",
     "indicvision": "the tiny run writes no PNG plot",

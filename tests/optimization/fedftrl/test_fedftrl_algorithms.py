@@ -123,6 +123,11 @@ def test_tiny_preset_smoke(tmp_path):
     assert (tmp_path / "regret_stochastic_complete.png").stat().st_size > 1000
     assert (tmp_path / "regret_stochastic_ring.png").exists()
     assert "regret/FedFTRL-eps5/ring" in metrics
+    # metrics.jsonl: the regret curves at evenly spaced rounds, ending at the final regret of metrics.json
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["step"] == 1 and records[-1]["step"] == PRESETS["tiny"].T
+    assert [r["step"] for r in records] == sorted({r["step"] for r in records})
+    assert records[-1]["regret/FedFTRL/complete"] == pytest.approx(metrics["regret/FedFTRL/complete"], rel=1e-6)
 
 
 def test_config_errors():

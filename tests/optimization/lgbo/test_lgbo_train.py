@@ -33,6 +33,9 @@ def test_tiny_smoke_run_writes_metrics_and_plots(tiny_run):
         assert curve.shape == (4,) and np.all(np.diff(curve) >= 0) and 0 < curve[-1] <= 1.0 + 1e-12
         assert 0 <= metrics[f"lnp3/{arm}/iters_to_target_mean"] <= 4
         assert metrics[f"lnp3/{arm}/final_regret_mean"] >= 0
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert [r["progress/lnp3/aligned"] for r in records] == pytest.approx(detail["aligned"]["curve_mean"])
 
 
 def test_seeds_sharded_over_8_devices_equal_single_device(tiny_run, devices):
