@@ -24,12 +24,12 @@ class SamplerConfig:
     to max_extend times; a (seed, P) that still fails is marked and left out of every fit."""
 
     n_records: int = 32
-    sim_time: float = 10.0
+    sim_time: float = 30.0
     step_size: float = 0.7
     friction: float = 1.0
     curvature: float = 1.0
     burn_frac: float = 0.5
-    max_extend: int = 2
+    max_extend: int = 1
     rhat_max: float = 1.1
 
     def __post_init__(self):
@@ -142,7 +142,7 @@ def paper() -> Config:
     widths N >= 4d; two layers d in {8, 16} at N = 4d and N in {32, 128} at d = 8; three layers d in {4, 8} at
     N1 = N2 = 4d and N1 in {2, 32} at N2 = 32, d = 8 (the computed boundary is N1 = 4.7); kappa in
     {0.05, 0.1, 0.2} at d = 8, N = 32; P over 30, 90, 270 x kappa E_min; 3 seeds, both anneals, simulated time
-    10 per stage (32 records), up to two adaptive extensions; 8 distinct points (shared points run once)."""
+    30 per stage (32 records), up to one adaptive extension; 8 distinct points (shared points run once)."""
     return Config(sweeps=("two_d", "kappa", "three_d", "three_n1", "two_n"), two_d=(8, 16), two_n_d=8,
                   two_n=(32, 128), three_d=(4, 8), three_n1_d=8, three_n1_n2=32, three_n1=(2, 32), kappa_d=8,
                   kappa_width=32)
