@@ -63,7 +63,7 @@ def presets() -> dict[str, Config]:
         "tiny": Config(ocr_train=(16, 8, 4), vqa_train=(4, 2, 2), mmt_train=(4, 2, 2), test_per_language=3,
                        image_size=24, patch_size=12, vit_width=16, vit_depth=1, hidden_size=16, num_layers=1,
                        num_heads=2,
-                       steps=3, batch_size=8, warmup_steps=1, length_bucket=0, eval_batch_size=16, plot=False),
+                       steps=3, batch_size=8, warmup_steps=1, length_bucket=0, eval_batch_size=16),
         "demo": Config(steps=1000),
         "benchmark": Config(steps=1000, test_per_language=40),
     }

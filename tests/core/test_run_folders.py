@@ -32,7 +32,6 @@ def test_the_readme_names_the_run_folder_files():
 KNOWN_GAPS = {
     "scale-analysis": "the Langevin sweeps write no metrics.jsonl (per-stage R-hat would be its record)",
     "headgan": "the GAN trainer writes no metrics.jsonl",
-    "indicvision": "the tiny run writes no PNG plot",
 }
 
 

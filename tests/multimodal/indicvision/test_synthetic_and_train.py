@@ -86,6 +86,7 @@ def test_the_experiment_trains_and_scores_both_models(tiny_run):
     results = json.loads((workdir / "results.json").read_text())
     assert set(results) == {"small-vlm", "constant"} and set(results["constant"]) == {"ocr", "vqa", "mmt"}
     assert (workdir / "metrics.json").exists() and (workdir / "tokenizer.json").exists()
+    assert (workdir / "loss.png").stat().st_size > 1000 and (workdir / "ocr_anls_char.png").stat().st_size > 1000
 
 
 def test_a_sharded_step_on_8_devices_equals_one_device(devices):
