@@ -246,6 +246,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         history, chunk_times, done = saved["history"], saved["chunk_times"], saved["chunks_done"]
         compiled_in, wall_before = saved["compiled_in"] + [done], saved["wall_seconds"]
         print(f"[headgan] resumed from {ckpt.directory} after {done} of {n_chunks} chunks", flush=True)
+    from core.train import MetricsLog
+    log = MetricsLog(workdir / "metrics.jsonl", done * every, config=config)  # one record per chunk
     bar = progress_bar(total=n_chunks * every * tc.batch_size, initial=done * every * tc.batch_size,
                        desc="headgan images/arm", disable=not progress)
     for c in range(done, n_chunks):
@@ -262,6 +264,9 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         for i, a in enumerate(arms):
             gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
             history["fd_random"][a].append(float(evaluator.fd_random(generate, gp, a, seed=c)))
+        log.write({"step": (c + 1) * every, "images_seen": seen,
+                   **{f"{k}/{a}": float(np.asarray(v)[i]) for k, v in m.items() for i, a in enumerate(arms)},
+                   **{f"fd_random/{a}": history["fd_random"][a][-1] for a in arms}})
         ckpt.save(c + 1, states, data_state={"history": history, "chunk_times": chunk_times, "chunks_done": c + 1,
                                              "compiled_in": compiled_in,
                                              "wall_seconds": wall_before + time.time() - t0})
@@ -271,6 +276,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
                       "  ".join(f"{a}={history['fd_random'][a][-1]:.2f}" for a in arms))
     bar.close()
     ckpt.close()
+    log.close()
     later = [t for i, t in enumerate(chunk_times) if i not in compiled_in] or chunk_times
     imgs_per_s = len(arms) * every * tc.batch_size / float(np.mean(later))
     final = {}

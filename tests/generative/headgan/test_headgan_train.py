@@ -65,6 +65,11 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tmp_path, m
     assert resumed["final"] == full["final"]
     for a, b in zip(jax.tree.leaves(full["g_params"]), jax.tree.leaves(resumed["g_params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # metrics.jsonl: a record per chunk, none repeated after the resume, equal to the uninterrupted run's
+    def records(folder):
+        return [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["images_seen"] for r in records("killed")] == [16, 32]
+    assert records("killed") == records("full")
 
 
 def test_ema_beta_schedule():
