@@ -5,7 +5,6 @@ The pattern-table calculator (`theory`), a Langevin posterior sampler vmapped ov
 """
 
 from core.registry import Experiment
-
 from interp.scale_analysis import configs, theory
 from interp.scale_analysis.configs import Config, SamplerConfig
 from interp.scale_analysis.theory import predict

@@ -19,9 +19,10 @@ class SamplerConfig:
     """Underdamped Langevin (BAOAB), annealed in P in both directions. Every stage (one P, one direction) runs
     for the same simulated time `sim_time` (so ~sqrt(P) more steps at large P, since eta(P) = step_size /
     sqrt(1 + curvature * P / kappa)), recorded n_records times; the first burn_frac of a stage's records are
-    discarded (an extension stage keeps all its records). After both sweeps, a P whose two chains (prior start carried up, planted start carried down)
-    disagree (split-R-hat >= rhat_max for some seed) is run for another stage from where both chains ended, up
-    to max_extend times; a (seed, P) that still fails is marked and left out of every fit."""
+    discarded (an extension stage keeps all its records). After both sweeps, a P whose two chains (prior start
+    carried up, planted start carried down) disagree (split-R-hat >= rhat_max for some seed) is run for another
+    stage from where both chains ended, up to max_extend times; a (seed, P) that still fails is marked and left
+    out of every fit."""
 
     n_records: int = 32
     sim_time: float = 30.0

@@ -17,7 +17,6 @@ import math
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.scipy.special import erf
 
 Params = dict[str, jax.Array]

@@ -620,7 +620,20 @@ def run(config: configs.Config, workdir: pathlib.Path) -> dict[str, Any]:
     """Run the experiment; write metrics.json, rows.json and PNG plots into workdir; return the final metrics."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    result = experiment(config)
+    from core.train import MetricsLog
+    log = MetricsLog(workdir / "metrics.jsonl", 0, config=config)
+
+    def log_point(rows, claims, missing):  # metrics.jsonl: a record per finished sweep point
+        r = rows[-1]
+        rhat = [v for v in np.ravel(np.asarray(r["equilibration"]["rhat"], dtype=float)) if np.isfinite(v)]
+        log.write({"step": len(rows), "sweep": r["sweep"], "d": r["d"], "N": r["N"], "kappa": r["kappa"],
+                   "p_star": r["P*"] if isinstance(r["P*"], (int, float)) else None,
+                   "equilibrated": r["equilibrated"], "max_rhat": max(rhat) if rhat else None})
+
+    try:
+        result = experiment(config, on_row=log_point)
+    finally:
+        log.close()
     plot(result, workdir)
     metrics = {
         "wall_seconds": round(result["wall_seconds"], 2),

@@ -27,21 +27,8 @@ def test_the_readme_names_the_run_folder_files():
     assert promised_files() == ["config.json", "metrics.json", "metrics.jsonl", "checkpoints/"]
 
 
-# Gaps known from the run of 2026-12-02 (and a reading of the trainers): strict, so a fixed one fails here until
-# it is taken off the list. Each is a gap of issue 50, not an exemption.
-KNOWN_GAPS = {
-    "scale-analysis": "the Langevin sweeps write no metrics.jsonl (per-stage R-hat would be its record)",
-}
-
-
-def _marked(name):
-    if name in KNOWN_GAPS:
-        return pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-    return name
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [_marked(n) for n in sorted(registry.experiments())])
+@pytest.mark.parametrize("name", sorted(registry.experiments()))
 def test_tiny_run_folder_holds_what_the_readme_promises(name, tmp_path):
     exp = registry.get(name)
     if "tiny" not in exp.presets:

@@ -34,6 +34,11 @@ def test_tiny_run_writes_outputs_and_reports_equilibration(tmp_path):
                 j = int(np.argmax(np.array(r["A_f_seeds"][s]) >= 0.5))
                 assert eq["passed"][s][j - 1] and eq["passed"][s][j]
     assert rows[1]["plant"]["pattern"] in ("GP-Spec", "Spec-Mag", "first")
+    # metrics.jsonl: a record per sweep point, in order, with its equilibration
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["sweep"], r["equilibrated"]) for r in records] == \
+        [(i + 1, row["sweep"], row["equilibrated"]) for i, row in enumerate(rows)]
+    assert all(r["max_rhat"] is None or r["max_rhat"] > 0 for r in records)
     assert metrics["wall_seconds"] > 0
 
 
