@@ -164,16 +164,32 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
         jobs.setdefault("fedftrl", [])
         jobs["fedftrl"] += [(topo, 1.0, float(c)) for c in cfg.lr_scales if float(c) != lr0 or "fedftrl" not in
                             cfg.algorithms for topo in cfg.topologies]
-    for algo, runs in jobs.items():
+    # with a workdir, each algorithm's curves are checkpointed when its program finishes: a rerun of a killed run
+    # restores the finished algorithms (no compile) and runs the rest
+    ckpt = None
+    if workdir is not None:
+        from core.checkpoint import Checkpointer
+        ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints", keep=len(jobs), config=cfg)
+    done = (ckpt.latest_step() or 0) if ckpt is not None else 0
+    timing["restored"] = []
+    for k, (algo, runs) in enumerate(jobs.items()):
         nets_arg = stack_nets([net_arrays(nets[topo]) for topo, _, _ in runs])
         hps = {"eps": jnp.asarray([e for _, e, _ in runs], jnp.float32),
                "lr_scale": jnp.asarray([c for _, _, c in runs], jnp.float32)}
         c0, t0 = os.times(), time.perf_counter()
         sim = make_simulator(algo, env, cfg.T, cfg.algo, base_seed=cfg.seed, in_shardings=in_shardings)
-        compiled = sim.lower(seeds, nets_arg, hps).compile()
-        c1, t1 = os.times(), time.perf_counter()
-        out = jax.block_until_ready(compiled(seeds, nets_arg, hps))
-        c2, t2 = os.times(), time.perf_counter()
+        if k < done:
+            out, _ = ckpt.restore(jax.eval_shape(sim, seeds, nets_arg, hps), step=k + 1)
+            c1 = c2 = c0
+            t1 = t2 = t0
+            timing["restored"].append(algo)
+        else:
+            compiled = sim.lower(seeds, nets_arg, hps).compile()
+            c1, t1 = os.times(), time.perf_counter()
+            out = jax.block_until_ready(compiled(seeds, nets_arg, hps))
+            c2, t2 = os.times(), time.perf_counter()
+            if ckpt is not None:
+                ckpt.save(k + 1, out, data_state={"algorithm": algo})
         out = jax.tree.map(np.asarray, out)
         timing["compile_s"][algo] = t1 - t0
         timing["run_s"][algo] = t2 - t1
@@ -193,6 +209,8 @@ def run_experiment(cfg: Config, workdir: str | pathlib.Path | None = None, *, pr
                 f"slope {row['slope']:.2f}")
         log(f"{algo}: {len(runs)} runs x {cfg.seeds} seeds in one program: compile {t1 - t0:.1f} s, "
             f"run {t2 - t1:.1f} s wall / {timing['run_cpu_s'][algo]:.1f} s CPU")
+    if ckpt is not None:
+        ckpt.close()
     cpu1 = os.times()
     timing["wall_s"] = time.perf_counter() - wall0
     timing["cpu_user_sys_s"] = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)

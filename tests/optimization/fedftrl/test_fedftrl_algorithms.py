@@ -1,6 +1,7 @@
 """FedFTRL's bookkeeping (truncation + delayed bias records), regret behaviour of every algorithm,
 the seed axis sharded over 8 fake devices, the tiny-preset smoke run and config errors."""
 
+import dataclasses
 import json
 
 import jax
@@ -143,3 +144,26 @@ def test_config_errors():
         AlgoConfig(rates="fast")
     with pytest.raises(ValueError, match="unknown algorithm"):
         make_algorithm("exp4")
+
+
+def test_a_killed_run_restores_its_finished_algorithms(tmp_path, monkeypatch):
+    """Each algorithm's curves are checkpointed when its program finishes; a rerun after a kill restores those
+    (no compile) and ends with the rows of an uninterrupted run."""
+    from optimization.fedftrl import train
+    cfg = dataclasses.replace(PRESETS["tiny"], epsilons=(), lr_scales=())
+    whole = train.run_experiment(cfg, tmp_path / "whole", progress=False)
+    first = cfg.algorithms[0]
+    real = train.make_simulator
+
+    def killed_after_the_first(algorithm, *args, **kwargs):
+        if algorithm != first:
+            raise KeyboardInterrupt("killed")
+        return real(algorithm, *args, **kwargs)
+
+    monkeypatch.setattr(train, "make_simulator", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        train.run_experiment(cfg, tmp_path / "killed", progress=False)
+    monkeypatch.setattr(train, "make_simulator", real)
+    resumed = train.run_experiment(cfg, tmp_path / "killed", progress=False)
+    assert resumed["timing"]["restored"] == [first] and whole["timing"]["restored"] == []
+    assert resumed["rows"] == whole["rows"]
