@@ -246,15 +246,27 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str) -> dict[str,
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     metrics: dict[str, Any] = {}
-    for name in config.problems:
+    # each problem's curves are checkpointed when its runs finish; a killed run's rerun restores those problems
+    from core.checkpoint import Checkpointer
+    ckpt = Checkpointer(workdir / "checkpoints", keep=len(config.problems), config=config)
+    done = ckpt.latest_step() or 0
+    for k, name in enumerate(config.problems):
         problem = get_problem(name, ordinal=config.ordinal)
         t0 = time.perf_counter()
-        curves = run_problem(problem, config)
+        if k < done:
+            template = np.zeros((len(config.arms), config.seeds, config.iterations + 1), np.float64)
+            curves, saved = ckpt.restore(template, step=k + 1)
+            curves, seconds = np.asarray(curves), saved["wall_seconds"]
+        else:
+            curves = run_problem(problem, config)
+            seconds = time.perf_counter() - t0
+            ckpt.save(k + 1, curves, data_state={"problem": name, "wall_seconds": seconds})
         summary = summarise(problem, curves, config)
-        summary["wall_seconds"] = time.perf_counter() - t0
+        summary["wall_seconds"] = seconds
         plot_curves(workdir / f"lgbo_{name}.png", name, {a: summary[a] for a in config.arms}, config.target)
         plot_regret(workdir / f"lgbo_{name}_regret.png", name, {a: summary[a] for a in config.arms})
         metrics[name] = summary
+    ckpt.close()
     flat = {f"{p}/{a}/iters_to_target_mean": metrics[p][a]["iters_to_target_mean"]
             for p in config.problems for a in config.arms}
     flat.update({f"{p}/{a}/final_regret_mean": metrics[p][a]["final_regret_mean"]

@@ -61,3 +61,13 @@ def test_config_validation_and_presets():
     assert apply_overrides(configs.tiny(), ["seeds=4"]).seeds == 4
     with pytest.raises(ValueError, match="Olympus dataset|problem"):
         get_problem("concrete")
+
+
+def test_a_rerun_restores_the_finished_problems_without_running_them(tiny_run, monkeypatch):
+    workdir, metrics = tiny_run
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("a finished problem was run again")
+
+    monkeypatch.setattr(train, "run_problem", not_again)
+    assert train.train_and_evaluate(configs.tiny(), workdir) == metrics
