@@ -41,6 +41,7 @@ class Config:
     warmup_steps: int = 100
     length_bucket: int = 16           # batches padded to a multiple of this (a few compiles); 0: all to the longest
     eval_batch_size: int = 64
+    ckpt_every: int = 250             # steps between checkpoints of a run folder's training (resumed on a rerun)
     plot: bool = True
 
     def __post_init__(self):
@@ -49,7 +50,7 @@ class Config:
             check(len(value) == 3 and all(isinstance(v, int) and v >= 1 for v in value), name, value,
                   "three positive counts (Hindi, Bengali, Tamil)")
         for name in ("test_per_language", "image_size", "patch_size", "vit_width", "hidden_size", "batch_size",
-                     "eval_batch_size"):
+                     "eval_batch_size", "ckpt_every"):
             check(getattr(self, name) >= 1, name, getattr(self, name), "a positive integer")
         check(self.image_size % self.patch_size == 0, "patch_size", self.patch_size,
               f"a divisor of image_size={self.image_size}")

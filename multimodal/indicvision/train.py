@@ -95,7 +95,11 @@ class Trained:
     seconds: float
 
 
-def train(config: Config, data: SyntheticData, *, seed: int | None = None, log=None) -> Trained:
+def train(config: Config, data: SyntheticData, *, seed: int | None = None, workdir: pathlib.Path | None = None,
+          stop_after: int | None = None) -> Trained | None:
+    """The small VLM on the synthetic training mixture. With a workdir, the logged rows go to metrics.jsonl and
+    the state, the batch sampler and the history are checkpointed every `ckpt_every` steps; a rerun resumes;
+    `stop_after` steps stop early (returns None: the resume test's interruption)."""
     seed = config.seed if seed is None else seed
     train_examples = examples(data.train)
     tokenizer = build_tokenizer(train_examples)
@@ -112,9 +116,22 @@ def train(config: Config, data: SyntheticData, *, seed: int | None = None, log=N
     step = make_train_step(vlm.make_loss(model), tx, schedule=schedule)
     state = init_train_state(params, tx, jax.random.key(seed + 1))
     rng = np.random.default_rng(seed + 2)
-    history = []
+    history, first = [], 0
+    ckpt = log = None
+    if workdir is not None:
+        from core.checkpoint import Checkpointer
+        from core.train import MetricsLog
+        ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints", keep=1, config=config)
+        if ckpt.latest_step() is not None:
+            state, saved = ckpt.restore(state)
+            rng.bit_generator.state, history, first = saved["sampler"], saved["history"], int(saved["step"])
+        log = MetricsLog(pathlib.Path(workdir) / "metrics.jsonl", first - 1, config=config)  # rows: 0-based steps
     start = time.time()
-    for i in progress(range(config.steps), desc="indicvision train"):
+    for i in progress(range(first, config.steps), desc="indicvision train", initial=first, total=config.steps):
+        if stop_after is not None and i - first >= stop_after:
+            ckpt.close()
+            log.close()
+            return None
         pick = rng.integers(0, len(train_examples), config.batch_size)
         longest = max(prompt_tokens[j] + answer_tokens[j] for j in pick)
         step_of = config.length_bucket
@@ -126,7 +143,13 @@ def train(config: Config, data: SyntheticData, *, seed: int | None = None, log=N
             row = {"step": i, "loss": float(metrics["loss"]), "lr": float(metrics["lr"])}
             history.append(row)
             if log is not None:
-                log(row)
+                log.write(row)
+        if ckpt is not None and ((i + 1) % config.ckpt_every == 0 or i + 1 == config.steps):
+            ckpt.save(i + 1, state, data_state={"step": i + 1, "sampler": rng.bit_generator.state,
+                                                "history": history})
+    if ckpt is not None:
+        ckpt.close()
+        log.close()
     trained = model._replace(vision_params=state.params["vision"], lm_params=state.params["lm"])
     return Trained(trained, tokenizer, history, prompt_length, max(answer_tokens), train_examples,
                    time.time() - start)
@@ -164,15 +187,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
     """The experiment entry point: data, training, both models scored; metrics.json, results.json, PNG plots."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / "metrics.jsonl"
-    log_path.write_text("")
-
-    def log(row):
-        with open(log_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-
     data = make_data(config)
-    trained = train(config, data, log=log)
+    trained = train(config, data, workdir=workdir)
     trained.tokenizer.save(workdir / "tokenizer.json")
     results = {"small-vlm": score(vlm_adapter(trained, config), data.test),
                "constant": score(constant_baseline(trained.train_examples), data.test)}

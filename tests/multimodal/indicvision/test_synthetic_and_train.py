@@ -110,3 +110,22 @@ def test_a_sharded_step_on_8_devices_equals_one_device(devices):
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(eight.params), jax.tree.leaves(one.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_stopped_training_resumes_to_the_uninterrupted_model(tmp_path):
+    """Checkpoints every ckpt_every steps (state, batch sampler, history): stopped after 2 of 3 steps and rerun,
+    training ends with the uninterrupted parameters, and metrics.jsonl repeats no row."""
+    import dataclasses
+    config = dataclasses.replace(EXPERIMENT.config("tiny"), ckpt_every=1)
+    synthetic_data = ivb_train.make_data(config)
+    whole = ivb_train.train(config, synthetic_data, workdir=tmp_path / "whole")
+    assert ivb_train.train(config, synthetic_data, workdir=tmp_path / "killed", stop_after=2) is None
+    resumed = ivb_train.train(config, synthetic_data, workdir=tmp_path / "killed")
+    for a, b in zip(jax.tree.leaves(resumed.model.lm_params), jax.tree.leaves(whole.model.lm_params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in whole.history] == [0, 2]
+    def records(folder):
+        return [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records("killed")] == [0, 2]
+    for a, b in zip(records("killed"), records("whole")):
+        assert a == pytest.approx(b, rel=1e-6)
