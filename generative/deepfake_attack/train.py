@@ -993,4 +993,12 @@ def run(config: Config, workdir: pathlib.Path | str) -> dict[str, Any]:
             metrics[f"surrogate_acc/{r}"] = v["acc"]
     metrics["surrogate_acc/clean"] = record["surrogate"]["clean_acc"]
     write_metrics(workdir, metrics)
+    # metrics.jsonl: one record per point of the attack training curves (window means of the surrogate's CE and
+    # each attack network's fool loss; the networks train inside the pipeline, so it is written after it)
+    from core.train import MetricsLog
+    log = MetricsLog(workdir / "metrics.jsonl", 0, config=config)
+    for name, curve in record["attack_history"].items():
+        for step, value in zip(curve["step"], curve["mean"]):
+            log.write({"step": int(step), "curve": name, "loss": float(value)})
+    log.close()
     return metrics

@@ -27,6 +27,9 @@ def test_tiny_preset_runs_end_to_end_and_resumes(tmp_path):
         for reading in ("additive", "pixel_gain", "spectral_gain"):
             assert 27.0 < record["fidelity"][f"{kind}_{reading}"]["psnr"] < 30.0, (kind, reading)
     assert set(record["spectral_distance"]["clean"]) == set(record["generators"])
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert {r["curve"] for r in lines} >= {"blackbox_surrogate_ce", "blackbox_fool_spectral_gain",
+                                           "universal_fool_additive"}
     # a rerun in the same folder resumes after the generator zoo
     again = exp.run(exp.config("tiny"), tmp_path)
     assert again.keys() == metrics.keys()
