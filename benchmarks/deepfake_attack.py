@@ -35,8 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.config import apply_overrides, to_dict  # noqa: E402
-from core.results import (RESULTS_DIR, check, claim, interval_claim, paired_claim, recompute_claims,  # noqa: E402
-                          write_results)
+from core.results import RESULTS_DIR, check, claim, interval_claim, paired_claim, recompute_claims, write_results  # noqa: E402
 from generative.deepfake_attack import configs  # noqa: E402
 from generative.deepfake_attack.train import train_and_evaluate  # noqa: E402
 
@@ -104,9 +103,11 @@ def make_claims(rows) -> list[dict]:
     worst = {m: min(r[m] for r in accs if r["defence"] == "none") for m in models}
     claims = [check("clean_attribution", "every attribution model attributes clean images with accuracy above 95% "
                     "(the precondition of the attack claims)", min(worst.values()) > 0.95,
-                    "lowest clean accuracy over seeds, no defence: " + ", ".join(f"{m} {pct(v)} %" for m, v in worst.items())
+                    "lowest clean accuracy over seeds, no defence: "
+                    + ", ".join(f"{m} {pct(v)} %" for m, v in worst.items())
                     + "; lowest per defence: " + ", ".join(
-                        f"{d} {pct(min(min(r[m] for m in models) for r in accs if r['defence'] == d))} %" for d in defended))]
+                        f"{d} {pct(min(min(r[m] for m in models) for r in accs if r['defence'] == d))} %"
+                        for d in defended))]
     for kind, label in KINDS.items():
         add = f"{kind}_additive"
         if add not in attacks:
@@ -156,7 +157,8 @@ def make_claims(rows) -> list[dict]:
             "paper_asr_levels", f"the black-box multiplicative attack ({HEADLINE}) reaches the paper's levels "
             "(97.08 % undefended, > 72.39 % under every defence)", all_of(c["held"] for c in parts),
             "per-seed mean ASR vs the paper's level: " + "; ".join(
-                f"{c['id']} {pct(c['effect'])} % [{pct(c['interval'][0] if c['interval'][0] is not None else float('nan'))}, "
+                f"{c['id']} {pct(c['effect'])} % "
+                f"[{pct(c['interval'][0] if c['interval'][0] is not None else float('nan'))}, "
                 f"{pct(c['interval'][1] if c['interval'][1] is not None else float('nan'))}]" for c in parts)
             + f"; the paper's numbers are on faces with 12 generators x 6 models; {note}",
             n=parts[0]["n"], effect=parts[0]["effect"], interval=parts[0]["interval"],
@@ -187,12 +189,14 @@ def tables(rows, cfg) -> str:
     out += ["", "Clean attribution accuracy % (7 classes; mean over seeds; only `retrain` differs between seeds):", "",
             "| model | " + " | ".join(defences) + " |", "|---|" + "---|" * len(defences)]
     for m in models:
-        out.append(f"| {m} | " + " | ".join(pct(np.mean([r[m] for r in acc if r["defence"] == d])) for d in defences) + " |")
+        out.append(f"| {m} | "
+                   + " | ".join(pct(np.mean([r[m] for r in acc if r["defence"] == d])) for d in defences) + " |")
     fid = [r for r in rows if r["kind"] == "fidelity"]
     out += ["", "Fidelity of the attacked fakes (mean over seeds; stroke = the digit's pixels dilated by 1):", "",
             "| attack | PSNR dB | PSNR stroke | SSIM | SSIM stroke |", "|---|---|---|---|---|"]
     for a in dict.fromkeys(r["attack"] for r in fid):
-        v = {k: np.mean([r[k] for r in fid if r["attack"] == a]) for k in ("psnr", "psnr_stroke", "ssim", "ssim_stroke")}
+        v = {k: np.mean([r[k] for r in fid if r["attack"] == a])
+             for k in ("psnr", "psnr_stroke", "ssim", "ssim_stroke")}
         out.append(f"| {a} | {v['psnr']:.2f} | {v['psnr_stroke']:.2f} | {v['ssim']:.3f} | {v['ssim_stroke']:.3f} |")
     spec = [r for r in rows if r["kind"] == "spectral_distance"]
     out += ["", "Spectral trace left: mean |mean log-spectrum of a generator's fakes - real| (mean over generators "

@@ -35,6 +35,7 @@ from core.config import BadInputError
 from . import losses as L
 from . import ops
 from .configs import KINDS, READINGS  # noqa: F401  (re-exported)
+
 IMAGE_AXES = (-3, -2, -1)
 NO_BOX = 1e3  # the additive reading has no box on theta (only the [0, 1] clip of the image)
 

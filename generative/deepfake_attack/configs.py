@@ -117,8 +117,9 @@ class AttackConfig:
     seed: int = 3
 
     def __post_init__(self):
-        check(len(self.readings) >= 1 and set(self.readings) <= set(READINGS) and len(set(self.readings)) == len(self.readings),
-              "attack.readings", self.readings, f"distinct names from {READINGS}")
+        check(len(self.readings) >= 1 and set(self.readings) <= set(READINGS)
+              and len(set(self.readings)) == len(self.readings), "attack.readings", self.readings,
+              f"distinct names from {READINGS}")
         for name in ("width", "steps", "universal_steps", "batch_size", "pseudo_gms", "surrogate_width",
                      "surrogate_steps", "pgd_steps", "pgd_per_gm"):
             check(getattr(self, name) >= 1, f"attack.{name}", getattr(self, name), "an integer >= 1")
@@ -167,7 +168,8 @@ class Config:
 
 
 def tiny() -> Config:
-    """Tests: digits 16x16, tens of steps. `iclr26 run deepfake_attack --preset tiny` (~1-2 min on 2 cores, mostly compiling)."""
+    """Tests: digits 16x16, tens of steps. `iclr26 run deepfake_attack --preset tiny` (~1-2 min on 2 cores, mostly
+    compiling)."""
     return Config(
         data=DataConfig(source="digits", image_size=16, n_gm=400, n_am=120, n_attack=200, n_eval=60),
         gen=GenConfig(latent=8, width=8, batch_size=32, gan_steps=30, vae_steps=30, made_steps=30,

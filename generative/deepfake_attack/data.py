@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.config import BadInputError
 from core.datasets.mnist import load_mnist_test
 
 from .configs import DataConfig
-
-from core.config import BadInputError
 
 POOLS = ("gm", "am", "attack", "eval")
 
 
 def load_digits_images(size: int) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's 1,797 8x8 digits (values 0..16) bilinearly resized to size x size, in [0, 1]."""
-    from sklearn.datasets import load_digits
-
     import jax
+    from sklearn.datasets import load_digits
 
     d = load_digits()
     x = (d.images / 16.0).astype(np.float32)[..., None]
@@ -47,7 +45,8 @@ def load_folder_images(folder: str, size: int) -> tuple[np.ndarray, np.ndarray]:
         im = Image.open(p).convert("L")
         w, h = im.size
         c = min(w, h)
-        im = im.crop(((w - c) // 2, (h - c) // 2, (w - c) // 2 + c, (h - c) // 2 + c)).resize((size, size), Image.BILINEAR)
+        im = im.crop(((w - c) // 2, (h - c) // 2, (w - c) // 2 + c, (h - c) // 2 + c))
+        im = im.resize((size, size), Image.BILINEAR)
         out[i, ..., 0] = np.asarray(im, np.float32) / 255.0
     return out, np.zeros(len(paths), np.int32)
 

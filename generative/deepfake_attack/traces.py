@@ -27,7 +27,8 @@ from core.config import BadInputError
 from . import ops
 
 FAMILIES = ("transposed", "nearest", "bilinear", "diffusion")
-BILINEAR4 = np.outer([1, 3, 3, 1], [1, 3, 3, 1]).astype(np.float32) / 16.0 * 4.0  # sums to 4 (gain 1 after 2x zero insertion)
+# sums to 4 (gain 1 after 2x zero insertion)
+BILINEAR4 = np.outer([1, 3, 3, 1], [1, 3, 3, 1]).astype(np.float32) / 16.0 * 4.0
 
 
 def build(k: int, strength: float, seed: int) -> dict[str, np.ndarray]:

@@ -28,15 +28,25 @@ from core.config import BadInputError
 from core.plots import bar_plot, image_grid
 from core.train import init_train_state, make_train_step, progress, write_metrics
 
+from . import attacks as A
 from . import losses as L
 from . import metrics as M
-from . import ops
+from . import ops, traces
 from .configs import ATTRIBUTORS, GENERATORS, AMConfig, AttackConfig, Config, GenConfig
 from .data import load_pools
-from . import attacks as A
-from . import traces
-from .model import (MADE, ConvClassifier, ConvVAE, DCGANGenerator, DenoisingAE, Discriminator, MLPClassifier,
-                    SmallUNet, apply, init, split)
+from .model import (
+    MADE,
+    ConvClassifier,
+    ConvVAE,
+    DCGANGenerator,
+    DenoisingAE,
+    Discriminator,
+    MLPClassifier,
+    SmallUNet,
+    apply,
+    init,
+    split,
+)
 
 UPSAMPLE = {"dcgan_transposed": "transposed", "dcgan_nearest": "nearest", "dcgan_bilinear": "bilinear"}
 
@@ -432,7 +442,8 @@ def train_blackbox_attacks(attack: AttackConfig, x_real: np.ndarray, key: jax.Ar
     def make_batch(arrays, idx, k):  # pseudo-fakes only: the attack acts on fakes
         kw, kn = jax.random.split(k)
         which = jax.random.randint(kw, idx.shape, 1, attack.pseudo_gms + 1)
-        return traces.fakes(kernels, arrays["image"][idx], which, kn, attack.pseudo_residue), jnp.zeros(idx.shape, jnp.int32)
+        fakes = traces.fakes(kernels, arrays["image"][idx], which, kn, attack.pseudo_residue)
+        return fakes, jnp.zeros(idx.shape, jnp.int32)
 
     def fool(frozen_ps, xa, target):  # the surrogate attributes the attacked pseudo-fake to "real"
         return L.cross_entropy(apply(gs, frozen_ps, xa), target)
@@ -453,7 +464,8 @@ def train_universal_attacks(config: Config, graphdefs: dict, pam: dict, x_fake: 
         return arrays["image"][idx], arrays["label"][idx]
 
     def fool(frozen, xa, source):
-        return sum(A.leave_source_loss(lg, source) for lg in am_logits(graphdefs, frozen, xa, block).values()) / len(ATTRIBUTORS)
+        logits = am_logits(graphdefs, frozen, xa, block).values()
+        return sum(A.leave_source_loss(lg, source) for lg in logits) / len(ATTRIBUTORS)
 
     gf, params, hist = train_learned_attacks(config.attack, x_fake.shape[1],
                                              {"image": jnp.asarray(x_fake), "label": jnp.asarray(y_fake)},
@@ -734,7 +746,8 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         tick(f"generator_{name}", t0)
 
     if not cache.exists():
-        np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS}, **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
+        np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS},
+                 **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
         (workdir / "stage_generators.json").write_text(json.dumps(gen_info))
 
     classes = 1 + len(GENERATORS)
@@ -931,8 +944,9 @@ def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_
     # mean spectra: real, each generator, each pseudo-generator family (the traces the attack trains against)
     gs, ps, kernels = bb["surrogate"]
     xr = jnp.asarray(x_real[:200])
+    families = min(len(traces.FAMILIES), config.attack.pseudo_gms)
     pseudo = [np.asarray(traces.fakes(kernels, xr, jnp.full((xr.shape[0],), k + 1), jax.random.key(k),
-                                      config.attack.pseudo_residue)) for k in range(min(len(traces.FAMILIES), config.attack.pseudo_gms))]
+                                      config.attack.pseudo_residue)) for k in range(families)]
     panels = ([("real", x_real[:200])] + [(g, x_fake[y_fake == gi + 1][:200]) for gi, g in enumerate(GENERATORS)]
               + [(f"pseudo {traces.FAMILIES[int(kernels['family'][k])]}", p) for k, p in enumerate(pseudo)])
     real_spec = np.asarray(_mean_spectrum(jnp.asarray(x_real[:200])))

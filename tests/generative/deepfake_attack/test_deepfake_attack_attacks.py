@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from generative.deepfake_attack import attacks as A
-from generative.deepfake_attack import configs
+from generative.deepfake_attack import configs, traces
 from generative.deepfake_attack import losses as L
 from generative.deepfake_attack import metrics as M
-from generative.deepfake_attack import traces
 from generative.deepfake_attack import train as T
 from generative.deepfake_attack.data import load_digits_images
 
@@ -31,7 +30,8 @@ def test_readings_match_hand_computed_perturbations():
     np.testing.assert_allclose(A.perturbation(X, c, A.one_hot("spectral_gain")), 0.3 * X, atol=1e-5)
     dc = jnp.zeros_like(X).at[:, 0, 0].set(1.0)
     d = np.asarray(A.perturbation(X, dc, A.one_hot("spectral_gain")))
-    np.testing.assert_allclose(d, np.broadcast_to(np.asarray(X).mean(axis=(1, 2, 3), keepdims=True), d.shape), atol=1e-5)
+    mean = np.asarray(X).mean(axis=(1, 2, 3), keepdims=True)
+    np.testing.assert_allclose(d, np.broadcast_to(mean, d.shape), atol=1e-5)
     with pytest.raises(ValueError, match="reading 'mult'"):
         A.one_hot("mult")
 

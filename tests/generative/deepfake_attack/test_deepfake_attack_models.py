@@ -1,17 +1,18 @@
 """Generator samplers (shape, range, determinism under a key), MADE's autoregressive mask, the single-scale PSNR
-calibration and the additive L2 PGD (the attack readings, budget and pseudo-generators: test_deepfake_attack_attacks)."""
+calibration and the additive L2 PGD (the attack readings, budget and pseudo-generators:
+test_deepfake_attack_attacks)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from generative.deepfake_attack import losses as L
 from generative.deepfake_attack import metrics as M
 from generative.deepfake_attack import train as T
 from generative.deepfake_attack.configs import GENERATORS, GenConfig
 from generative.deepfake_attack.model import MADE, apply, split
-from flax import nnx
 
 GEN = GenConfig(latent=4, width=4, made_hidden=8, ddpm_timesteps=3)
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_trees_close
 
 from core import sharding
 from core.config import ConfigError, apply_overrides
@@ -14,7 +15,6 @@ from core.train import init_train_state, make_train_step
 from generative.deepfake_attack import configs, ops
 from generative.deepfake_attack import train as T
 from generative.deepfake_attack.data import load_digits_images, load_pools
-from helpers import assert_trees_close
 
 AM = configs.AMConfig(width=8, hidden=32, steps=400, batch_size=32)
 
@@ -55,7 +55,8 @@ def test_mlp_input_standardisation_is_set_from_training_features_and_never_train
                                    np.maximum(feats.std(0), T.INPUT_STD_FLOOR), rtol=1e-4, atol=1e-4)
         assert np.all(np.asarray(fresh[name]["input_mean"][...]) == 0)  # the initial params were not mutated
         # the layers did train
-        assert not np.allclose(np.asarray(params[name]["l1"]["kernel"][...]), np.asarray(fresh[name]["l1"]["kernel"][...]))
+        trained, initial = params[name]["l1"]["kernel"][...], fresh[name]["l1"]["kernel"][...]
+        assert not np.allclose(np.asarray(trained), np.asarray(initial))
 
 
 def test_sharded_attribution_step_equals_single_device():
