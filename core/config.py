@@ -298,7 +298,9 @@ def _class_notes(cls: type) -> tuple[dict[str, str], dict[str, list[ast.expr]]]:
     lines = source.splitlines()
     comments = {tok.start[0]: tok.string.lstrip("#").strip()
                 for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    above = {n: text for n, text in comments.items() if lines[n - 1].lstrip().startswith("#")}
+    # a comment line above a field describes it; a short one ("# model", "# training") heads a group of fields
+    above = {n: text for n, text in comments.items()
+             if lines[n - 1].lstrip().startswith("#") and len(text.split()) >= 3}
     classdef = ast.parse(source).body[0]
     names = {f.name for f in dataclasses.fields(cls)}
     meaning: dict[str, str] = {}

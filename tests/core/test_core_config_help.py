@@ -30,6 +30,7 @@ class _Outer:
     inner: _Inner = _Inner()
     # which loss the model trains on
     loss: Literal["mse", "huber"] = "mse"
+    # training
     kappa: float = 0.5
     lr: float = 1e-3
     steps: int = 10
@@ -65,6 +66,7 @@ def test_describe_reads_comments_docstrings_checks_and_types():
     assert rows["high"].allowed == ">= 0; > low=2 and at most 30"
     assert rows["steps"].allowed.startswith("a whole number of steps in [0, ")  # the common range check
     assert rows["inner.width"].meaning and rows["low"].meaning == ""
+    assert rows["kappa"].meaning != "training"  # a one-word group header above a field is not its meaning
 
 
 def _leaves(tree, prefix=""):
