@@ -124,6 +124,7 @@ def run_experiment(name: str, preset: str | None, overrides: Sequence[str], work
                    ) -> tuple[dict[str, Any], pathlib.Path, float]:
     from core import config as config_lib
     from core import registry
+    from core.compilation import CompileTimer
     from core.train import write_metrics
     exp = registry.get(name)
     preset = preset or exp.demo_preset
@@ -137,9 +138,12 @@ def run_experiment(name: str, preset: str | None, overrides: Sequence[str], work
     workdir = _prepare_workdir(workdir or pathlib.Path("runs") / f"{name}-{preset}")
     _check_config_file(workdir, name, preset, config)
     start = time.perf_counter()
-    metrics = dict(exp.run(config, workdir))
+    with CompileTimer() as compile_timer:
+        metrics = dict(exp.run(config, workdir))
     seconds = time.perf_counter() - start
     metrics.setdefault("wall_seconds", round(seconds, 2))
+    for key, value in compile_timer.summary().items():  # how much of the wall time was compiling
+        metrics.setdefault(key, value)
     write_metrics(workdir, metrics)
     return metrics, workdir, seconds
 
@@ -292,6 +296,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from core.sharding import initialize_distributed
     initialize_distributed(*_check_multihost_flags(args.coordinator, args.num_processes, args.process_id))
     overrides = [item for group in args.set or [] for item in group]
+    _enable_compile_cache(args)
     if args.logger:
         from core.train import set_loggers
         set_loggers(args.logger)
@@ -299,11 +304,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     import jax
     if jax.process_index() == 0:
         print(_format_table(["metric", "value"], sorted(metrics.items())))
-        print(f"\nwrote {workdir}/metrics.json and plots in {seconds:.1f} s")
+        compiling = metrics.get("compile_seconds")
+        detail = f" ({compiling:.1f} s of it compiling)" if isinstance(compiling, (int, float)) else ""
+        print(f"\nwrote {workdir}/metrics.json and plots in {seconds:.1f} s{detail}")
     return 0
 
 
+def _enable_compile_cache(args: argparse.Namespace) -> None:
+    """JAX's persistent compilation cache for this CLI process, unless --no-compile-cache (see core.compilation)."""
+    if not args.no_compile_cache:
+        from core.compilation import enable_persistent_cache
+        enable_persistent_cache()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    _enable_compile_cache(args)
     experiments = _experiments()
     methods = [e for e in experiments.values() if e.paper is not None and e.in_demo]
     skipped = [e.name for e in experiments.values() if e.paper is not None and not e.in_demo]
@@ -368,8 +383,9 @@ def render_report(root: pathlib.Path) -> str:
     else:
         raise CLIError(f"{root}: expected a run folder (metrics.json) or a demo folder (summary.json)")
     rows = [[r["experiment"], r.get("paper") if r.get("paper") is not None else "-", r.get("preset", "?"),
-             r.get("seconds") if r.get("seconds") is not None else "-", _headline(r["metrics"])] for r in runs]
-    header = ["experiment", "paper", "preset", "seconds", "headline metrics"]
+             r.get("seconds") if r.get("seconds") is not None else "-",
+             _fmt(r["metrics"].get("compile_seconds", "-")), _headline(r["metrics"])] for r in runs]
+    header = ["experiment", "paper", "preset", "seconds", "compile s", "headline metrics"]
     md = ["# iclr26 report", ""] + ([note, ""] if note else []) + [_markdown_table(header, rows), ""]
     for r in runs:
         folder = pathlib.Path(r["workdir"])
@@ -427,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logger", action="append", metavar="NAME", choices=("jsonl", "tensorboard", "wandb"),
                    help="metric writers besides metrics.jsonl: tensorboard (event files in WORKDIR/tensorboard) "
                         "and / or wandb (repeatable; default: $ICLR26_LOGGERS or jsonl only)")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (default: on, in $ICLR26_COMPILE_CACHE or "
+                        "~/.cache/iclr26-jax/xla; ICLR26_COMPILE_CACHE=off also turns it off)")
     p.set_defaults(func=cmd_run, parser=p)
 
     p = sub.add_parser("info", help="one experiment's paper, status, presets, data options, README and result",
@@ -442,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", "-w", type=pathlib.Path, default=pathlib.Path("runs/demo"),
                    help="folder for the runs and report.md (default: runs/demo)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (default: on, in $ICLR26_COMPILE_CACHE or "
+                        "~/.cache/iclr26-jax/xla; ICLR26_COMPILE_CACHE=off also turns it off)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("report", help="re-render a run folder's table and report.md",

@@ -7,6 +7,9 @@ os.environ["XLA_FLAGS"] = " ".join(
     + ["--xla_force_host_platform_device_count=8"])
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# `iclr26 run` / `demo` turn on JAX's persistent compilation cache; tests stay hermetic (tests of the cache
+# point it at their own folder)
+os.environ["ICLR26_COMPILE_CACHE"] = "off"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -7,7 +7,7 @@ There is no gripper here (the 2D scene's grasp has no MJX counterpart yet).
 `features(data)` gives the reward compiler's Features from qpos / qvel with the same geometry as scene2d (grip
 always 0), so a compiled RMD plan scores MJX states too. `make_step(model, n_envs)` is the vmapped, jitted
 step; `data.time` is promoted to a strongly typed float32 so the step compiles once, not twice (mujoco#2306),
-and `enable_compilation_cache()` turns on JAX's persistent cache (a second process compiles in seconds).
+and `core.compilation.enable_persistent_cache()` turns on JAX's persistent cache (a second process compiles in seconds).
 
     python -m generative.hoi.scene_mjx --envs 256 --steps 50     # prints one JSON line: steps/s, compile time
 """
@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.compilation import enable_persistent_cache
 from generative.hoi import scene2d as s2
 
 XML = f"""
@@ -78,15 +78,6 @@ XML = f"""
 Q_TORSO, Q_ARM, Q_BOX, Q_DOOR = slice(0, 2), slice(2, 4), slice(4, 6), 6
 
 
-def enable_compilation_cache(path: str | os.PathLike | None = None) -> pathlib.Path:
-    """JAX's persistent compilation cache at `path` (default $ICLR26_JAX_CACHE or ~/.cache/iclr26/jax)."""
-    path = pathlib.Path(path or os.environ.get("ICLR26_JAX_CACHE", pathlib.Path.home() / ".cache/iclr26/jax"))
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    return path
-
-
 def load_model():
     """(mujoco.MjModel, mjx.Model) of the scene."""
     import mujoco
@@ -134,7 +125,7 @@ def features(data) -> s2.Features:
 def benchmark(n_envs: int, steps: int, *, cache: bool = True) -> dict:
     """Compile time and env steps/s of the vmapped step over random actions."""
     if cache:
-        enable_compilation_cache()
+        enable_persistent_cache(min_compile_seconds=1.0)
     _, model = load_model()
     keys = jax.random.split(jax.random.key(0), n_envs)
     data = jax.jit(jax.vmap(lambda k: reset(model, k)))(keys)

@@ -1,0 +1,79 @@
+"""core.compilation: the persistent compilation cache the CLI turns on, and the compile-time accounting."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from core import cli, compilation
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("value, expected", [("off", None), ("OFF", None), ("0", None), ("", None),
+                                             ("/tmp/some-cache", pathlib.Path("/tmp/some-cache"))])
+def test_the_environment_variable_names_the_folder_or_turns_the_cache_off(monkeypatch, value, expected):
+    monkeypatch.setenv(compilation.ENV_VAR, value)
+    assert compilation.default_cache_dir() == expected
+    if expected is None:
+        assert compilation.enable_persistent_cache() is None
+
+
+def test_default_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
+    monkeypatch.delenv(compilation.ENV_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compilation.default_cache_dir() == tmp_path / "iclr26-jax" / "xla"
+
+
+def test_timer_counts_a_compile_and_not_a_cached_call():
+    f = jax.jit(lambda x: jnp.sin(x) * 3.0 + x.sum())
+    x = jnp.arange(7.0)
+    with compilation.CompileTimer() as timer:
+        f(x).block_until_ready()
+    assert timer.compiles == 1 and timer.compile_seconds > 0
+    with compilation.CompileTimer() as again:
+        f(x).block_until_ready()  # the in-memory cache: nothing is traced or compiled
+    assert again.compiles == 0 and again.compile_seconds == 0
+    assert set(timer.summary()) == {"compile_seconds", "backend_compiles", "compile_cache_hits",
+                                    "compile_cache_misses"}
+
+
+_PROGRAM = """
+import json, sys
+from core import compilation
+folder = compilation.enable_persistent_cache(sys.argv[1])
+import jax, jax.numpy as jnp
+with compilation.CompileTimer() as timer:
+    jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((16, 16))).block_until_ready()
+print(json.dumps({"folder": str(folder), **timer.summary()}))
+"""
+
+
+def test_a_second_process_loads_the_first_ones_executables_from_the_cache(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _PROGRAM, str(tmp_path / "cache")], env=env,
+                                      cwd=ROOT, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    first, second = runs
+    assert first["compile_cache_misses"] >= 1 and first["compile_cache_hits"] == 0
+    assert second["compile_cache_hits"] == first["compile_cache_misses"] and second["compile_cache_misses"] == 0
+    assert any((tmp_path / "cache").iterdir())
+
+
+def test_run_metrics_report_the_compile_seconds_and_the_flag_turns_the_cache_off(capsys, tmp_path, monkeypatch):
+    enabled = []
+    monkeypatch.setattr(compilation, "enable_persistent_cache", lambda *a, **k: enabled.append(1))
+    assert cli.main(["run", "regression", "--preset", "tiny", "--no-compile-cache", "--set", "steps=20",
+                     "--workdir", str(tmp_path)]) == 0
+    assert enabled == []
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["compile_seconds"] >= 0 and metrics["backend_compiles"] >= 0
+    assert "s of it compiling)" in capsys.readouterr().out
+    assert cli.main(["run", "regression", "--preset", "tiny", "--set", "steps=20",
+                     "--workdir", str(tmp_path)]) == 0
+    assert enabled == [1]
