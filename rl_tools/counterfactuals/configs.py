@@ -29,7 +29,7 @@ class CFConfig:
     n_eval: int = 300  # items per evaluation split
     max_level: int = 3  # difficulty levels 1..max_level
     trace: bool = False  # train on execution traces before the answer (data.py)
-    seq_len: int = 128  # packed training rows
+    seq_len: int = 160  # packed training rows (longer examples are dropped)
     batch_size: int = 32
     steps: int = 3000
     lr: float = 2e-3

@@ -9,8 +9,10 @@ A prompt is the program's compact rendering (`programs.to_tokens`) followed by t
 and the answer is the sorted set, e.g. `2 5 <eos>`. With `trace=True` training answers of the factual and
 interventional variants first spell out the execution (y after every executed assignment, then the return
 expression before `% m`) and then `=> value`, e.g. `12 36 => 0 <eos>`: a scratchpad that makes execution
-learnable by a small model. The word-level vocabulary is fixed (numbers -99..199 are single tokens), so the
-tokenizer needs no training and a prompt string maps to the same ids everywhere (model, server, tests).
+learnable by a small model. Counterfactual answers (SFT) with `trace=True` follow the enumerating teacher
+(`teacher.trace_words`: abduction over every latent, then prediction under the consistent ones). The
+word-level vocabulary is fixed (numbers -99..199 are single tokens), so the tokenizer needs no
+training and a prompt string maps to the same ids everywhere (model, server, tests).
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import numpy as np
 
 from core.config import BadInputError
 from rl_tools.counterfactuals import programs as P
+from rl_tools.counterfactuals import teacher
 from rl_tools.counterfactuals.generate import VARIANTS, Item
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 MIN_NUMBER, MAX_NUMBER = -99, 199
 WORDS = (PAD, BOS, EOS, UNK, "x", "y", "i", "r", "r1", "r2", "r3", "|", "y=", ";", "if", "elif", "else", "while",
          "for", "{", "}", "ret", "mod", "+", "-", "*", "%", "//", ">", "<", ">=", "<=", "==", "!=", "obs", "->",
-         "given", "ask", "?", "=>", *(str(n) for n in range(MIN_NUMBER, MAX_NUMBER + 1)))
+         "given", "ask", "?", "=>", *(str(n) for n in range(MIN_NUMBER, MAX_NUMBER + 1)),
+         "abduce", "predict", "ok")  # the last three: counterfactual teacher traces (teacher.py)
 _WORD_SET = frozenset(WORDS)
 
 
@@ -90,7 +94,8 @@ def check_in_vocab(words: Sequence[str]) -> None:
 def trace_words(item: Item, variant: str) -> list[str]:
     """The execution trace of a factual / interventional answer, ending in `=>` (see the module docstring)."""
     if variant == "counterfactual":
-        raise BadInputError("variant='counterfactual': expected factual or interventional (r must be known)")
+        raise BadInputError("variant='counterfactual': expected factual or interventional (r must be known); "
+                            "counterfactual traces come from teacher.trace_words")
     x = item.x0 if variant == "factual" else item.x1
     ys, pre, _ = P.run_trace(item.program, x, item.r_true)
     return [str(v) for v in (*ys, pre)] + ["=>"]
@@ -106,7 +111,7 @@ def examples(items: Sequence[Item], variants: Sequence[str], tok: CompactTokeniz
             words = prompt_words(item, v)
             ans = answer_words(item.answer(v))
             if trace:
-                steps = trace_words(item, v)
+                steps = teacher.trace_words(item) if v == "counterfactual" else trace_words(item, v)
                 if any(w not in _WORD_SET for w in steps):
                     continue
                 ans = steps + ans

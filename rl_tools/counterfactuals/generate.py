@@ -10,14 +10,18 @@ x1. Its three questions share the program:
 
 Items whose counterfactual set equals the prior set {f(x1; r) : any r} do not need abduction (the
 observation tells nothing, or the output does not depend on r); they are filtered and counted.
-Duplicates (same program and query) are dropped and counted. Splits: `if_else_train` and `if_else` share
-the 8 training templates (in-distribution; the test set excludes every training item); `if_else_long`,
-`while`, `multi_r` and `math` use their own templates only.
+Duplicates (same program up to surface names, same query) are dropped and counted. Splits: `if_else_train`
+and `if_else` share the 8 training templates (in-distribution) but are split **by program**: a program (its
+canonical compact form, `programs.canonical`, so renaming variables does not make a new one) belongs to the
+test side when the first bytes of its SHA-256 are 0 mod 5 and to the training side otherwise, for every seed
+and size, so no test program and no exact test computation (program, input, latent) appears in training
+(`leakage` measures both; tested). `if_else_long`, `while`, `multi_r` and `math` use their own templates only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 from collections.abc import Iterable
 from typing import Any
@@ -66,7 +70,7 @@ class Item:
                 "factual": self.answer_factual}[variant]
 
     def key(self) -> tuple:
-        return (self.code, self.x0, self.y0, self.x1)
+        return (P.canonical(self.program), self.x0, self.y0, self.x1)
 
 
 @dataclasses.dataclass
@@ -78,9 +82,42 @@ class SplitStats:
     filtered_r_independent: int = 0  # ... of which the output does not depend on r at all
     duplicates: int = 0
     rejected_loop_limit: int = 0
+    other_side: int = 0  # if_else programs drawn for the other side of the train/test program split
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+TEST_SHARE = 5  # one program in TEST_SHARE goes to the in-distribution test side
+
+
+def program_side(program: P.Program) -> str:
+    """"test" or "train": the in-distribution split side of a program, from the hash of its canonical form."""
+    digest = hashlib.sha256(P.canonical(program).encode()).digest()
+    return "test" if int.from_bytes(digest[:4], "big") % TEST_SHARE == 0 else "train"
+
+
+SIDE_OF = {"if_else_train": "train", "if_else": "test"}
+
+
+def computations(item: Item) -> set[tuple]:
+    """Every (program, input, latents) execution an item's questions and its teacher trace involve: f(x0; r)
+    and f(x1; r) for every latent r (the factual and interventional questions are two of them)."""
+    canon = P.canonical(item.program)
+    return {(canon, x, r) for x in (item.x0, item.x1) for r in P.latent_domain(item.program)}
+
+
+def leakage(train: Iterable[Item], test: Iterable[Item]) -> dict[str, float]:
+    """Share of test items whose program appears in `train`, and share of the test items' computations
+    (`computations`) that any training item also involves."""
+    train = list(train)
+    test = list(test)
+    progs = {P.canonical(it.program) for it in train}
+    comps = set().union(*(computations(it) for it in train)) if train else set()
+    test_comps = set().union(*(computations(it) for it in test)) if test else set()
+    return {"program_overlap": sum(P.canonical(it.program) in progs for it in test) / max(len(test), 1),
+            "computation_overlap": len(test_comps & comps) / max(len(test_comps), 1),
+            "test_programs": len({P.canonical(it.program) for it in test}), "train_programs": len(progs)}
 
 
 def solve(program: P.Program, x0: int, y0: int, x1: int) -> tuple[tuple, tuple[int, ...], tuple[int, ...]]:
@@ -96,6 +133,9 @@ def _make(template: Template, split: str, index: int, rng: random.Random, level:
           stats: SplitStats) -> Item | None:
     k = LEVELS[level]
     program = template.build(rng, k)
+    if split in SIDE_OF and program_side(program) != SIDE_OF[split]:
+        stats.other_side += 1
+        return None
     x0 = rng.randint(template.x_lo, k.x_hi)
     x1 = rng.randint(template.x_lo, k.x_hi - 1)
     x1 = x1 + 1 if x1 >= x0 else x1  # x1 != x0
@@ -135,7 +175,7 @@ def generate_split(split: str, n: int, *, seed: int = 0, levels: Iterable[int] =
     items: list[Item] = []
     while len(items) < n:
         stats.attempts += 1
-        if stats.attempts > 50 * n + 1000:
+        if stats.attempts > 60 * n + 1000:
             raise RuntimeError(f"split {split}: only {len(items)} of {n} distinct items after {stats.attempts} "
                                "attempts; lower n or widen the difficulty levels")
         template = templates[rng.randrange(len(templates))]
@@ -180,4 +220,4 @@ def generate_all(sizes: dict[str, int], *, seed: int = 0, levels: Iterable[int] 
 
 
 __all__ = ["Item", "SplitStats", "SPLITS", "VARIANTS", "FAMILIES", "solve", "generate_split", "generate_all",
-           "trivial_fraction"]
+           "trivial_fraction", "program_side", "computations", "leakage"]

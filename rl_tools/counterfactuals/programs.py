@@ -83,6 +83,7 @@ class Program:
     body: tuple
     ret: Expr
     modulus: int
+    names: tuple = ("x", "y")  # surface names of the input and the working variable in the Python rendering only
 
     @property
     def latent_names(self) -> tuple[str, ...]:
@@ -199,52 +200,54 @@ def latent_domain(program: Program) -> list[tuple[int, ...]]:
 _PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
 
-def _py_expr(e: Expr, parent: int = 0, right: bool = False) -> str:
+def _py_expr(e: Expr, nm: dict, parent: int = 0, right: bool = False) -> str:
     if isinstance(e, Const):
         return str(e.value) if e.value >= 0 else f"({e.value})"
     if isinstance(e, Var):
-        return e.name
+        return nm.get(e.name, e.name)
     p = _PREC[e.op]
-    text = f"{_py_expr(e.left, p)} {e.op} {_py_expr(e.right, p, True)}"
+    text = f"{_py_expr(e.left, nm, p)} {e.op} {_py_expr(e.right, nm, p, True)}"
     return f"({text})" if p < parent or (right and p == parent) else text
 
 
-def _py_cond(c: Cmp) -> str:
-    return f"{_py_expr(c.left)} {c.op} {_py_expr(c.right)}"
+def _py_cond(c: Cmp, nm: dict) -> str:
+    return f"{_py_expr(c.left, nm)} {c.op} {_py_expr(c.right, nm)}"
 
 
-def _py_block(block: tuple, indent: int) -> list[str]:
+def _py_block(block: tuple, indent: int, nm: dict) -> list[str]:
     pad = "    " * indent
     lines: list[str] = []
     for s in block:
         if isinstance(s, Assign):
-            lines.append(f"{pad}y = {_py_expr(s.expr)}")
+            lines.append(f"{pad}{nm['y']} = {_py_expr(s.expr, nm)}")
         elif isinstance(s, If):
-            lines.append(f"{pad}if {_py_cond(s.cond)}:")
-            lines += _py_block(s.then, indent + 1) or [f"{pad}    pass"]
+            lines.append(f"{pad}if {_py_cond(s.cond, nm)}:")
+            lines += _py_block(s.then, indent + 1, nm) or [f"{pad}    pass"]
             for cond, blk in s.elifs:
-                lines.append(f"{pad}elif {_py_cond(cond)}:")
-                lines += _py_block(blk, indent + 1) or [f"{pad}    pass"]
+                lines.append(f"{pad}elif {_py_cond(cond, nm)}:")
+                lines += _py_block(blk, indent + 1, nm) or [f"{pad}    pass"]
             if s.orelse:
                 lines.append(f"{pad}else:")
-                lines += _py_block(s.orelse, indent + 1)
+                lines += _py_block(s.orelse, indent + 1, nm)
         elif isinstance(s, While):
-            lines.append(f"{pad}while {_py_cond(s.cond)}:")
-            lines += _py_block(s.body, indent + 1) or [f"{pad}    pass"]
+            lines.append(f"{pad}while {_py_cond(s.cond, nm)}:")
+            lines += _py_block(s.body, indent + 1, nm) or [f"{pad}    pass"]
         elif isinstance(s, For):
-            lines.append(f"{pad}for i in range({_py_expr(s.count)}):")
-            lines += _py_block(s.body, indent + 1) or [f"{pad}    pass"]
+            lines.append(f"{pad}for i in range({_py_expr(s.count, nm)}):")
+            lines += _py_block(s.body, indent + 1, nm) or [f"{pad}    pass"]
     return lines
 
 
 def to_python(program: Program, name: str = "f") -> str:
-    """Python source of `def f(x)`; the latents come from the module-level `random` (seeded, hidden)."""
-    lines = [f"def {name}(x):"]
+    """Python source of `def f(x)` (the input and working variable named by `program.names`); the latents
+    come from the module-level `random` (seeded, hidden)."""
+    nm = {"x": program.names[0], "y": program.names[1]}
+    lines = [f"def {name}({nm['x']}):"]
     for lname, lo, hi in program.latents:
         lines.append(f"    {lname} = random.randint({lo}, {hi})")
-    lines.append("    y = x")
-    lines += _py_block(program.body, 1)
-    lines.append(f"    return ({_py_expr(program.ret)}) % {program.modulus}")
+    lines.append(f"    {nm['y']} = {nm['x']}")
+    lines += _py_block(program.body, 1, nm)
+    lines.append(f"    return ({_py_expr(program.ret, nm)}) % {program.modulus}")
     return "\n".join(lines) + "\n"
 
 
@@ -291,6 +294,11 @@ def to_tokens(program: Program) -> list[str]:
     out += _tok_block(program.body)
     out += ["ret", *_tok_expr(program.ret), "mod", str(program.modulus)]
     return out
+
+
+def canonical(program: Program) -> str:
+    """The program up to surface names (the compact rendering): the unit of the train/test split."""
+    return " ".join(to_tokens(program))
 
 
 def skeleton(program: Program) -> str:

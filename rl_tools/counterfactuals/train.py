@@ -22,7 +22,7 @@ from core import plots
 from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
-from rl_tools.counterfactuals import data, generate, harness
+from rl_tools.counterfactuals import baselines, data, generate, harness
 from rl_tools.counterfactuals.configs import CFConfig
 
 EVAL_SPLITS = ("if_else", "if_else_long", "while", "multi_r", "math")
@@ -36,14 +36,16 @@ def make_splits(config: CFConfig):
 
 
 def make_optimizer(config: CFConfig) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, min(config.warmup, config.steps), config.steps,
-                                                  config.lr * 0.05)
+    warmup = min(config.warmup, config.steps // 2)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, warmup, config.steps, config.lr * 0.05)
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, b2=0.98,
                                                                    weight_decay=config.weight_decay))
 
 
 def train_model(config: CFConfig, train_items, workdir: pathlib.Path, tok: data.CompactTokenizer):
-    rows = data.to_rows(data.examples(train_items, TRAIN_VARIANTS, tok, trace=config.trace), config.seq_len)
+    exs = data.examples(train_items, TRAIN_VARIANTS, tok, trace=config.trace)
+    exs = [e for e in exs if len(e[0]) + len(e[1]) <= config.seq_len + 1]  # the rare over-long example
+    rows = data.to_rows(exs, config.seq_len)
     graphdef, params = model_lib.init(config.model, jax.random.key(config.seed))
     tx = make_optimizer(config)
     state = train_lib.init_train_state(params, tx, jax.random.key(config.seed + 1))
@@ -54,12 +56,30 @@ def train_model(config: CFConfig, train_items, workdir: pathlib.Path, tok: data.
     return graphdef, state.params, history
 
 
-def evaluate_model(config: CFConfig, graphdef, params, items, tok) -> dict[str, Any]:
-    adapter = harness.LMAdapter(graphdef, params, tok, max_new_tokens=24 if config.trace else 10,
-                                batch_size=config.eval_batch,
-                                name="cf-small")
-    evals = {s: items[s] for s in EVAL_SPLITS}
-    return harness.evaluate(evals, adapter, variants=EVAL_VARIANTS, prompt=data.prompt_text)
+def save_params(params, path: pathlib.Path) -> None:
+    """The parameter leaves as an .npz (load with `load_params` against a freshly initialised model)."""
+    leaves = jax.tree.leaves(jax.device_get(params))
+    np.savez(path, *[np.asarray(x) for x in leaves])
+
+
+def load_params(model_config, path: pathlib.Path, seed: int = 0):
+    """(graphdef, params) of `model_config` with the leaves saved by `save_params`."""
+    graphdef, params = model_lib.init(model_config, jax.random.key(seed))
+    treedef = jax.tree.structure(params)
+    with np.load(path) as z:
+        leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
+    if len(leaves) != treedef.num_leaves:
+        raise ValueError(f"{path}: {len(leaves)} arrays, expected {treedef.num_leaves} for this model config")
+    return graphdef, jax.tree.unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
+
+
+def evaluate_model(config: CFConfig, graphdef, params, items, tok, *, max_new_tokens: int | None = None,
+                   variants=EVAL_VARIANTS, splits=EVAL_SPLITS) -> dict[str, Any]:
+    adapter = harness.LMAdapter(graphdef, params, tok,
+                                max_new_tokens=max_new_tokens or (32 if config.trace else 10),
+                                batch_size=config.eval_batch, name="cf-small")
+    evals = {s: items[s] for s in splits}
+    return harness.evaluate(evals, adapter, variants=variants, prompt=data.prompt_text, keep_predictions=True)
 
 
 def plot_results(rows, path: pathlib.Path) -> None:
@@ -95,9 +115,14 @@ def run(config: CFConfig, workdir: pathlib.Path | str) -> dict[str, Any]:
     t_gen = time.time() - t0
     graphdef, params, history = train_model(config, items["if_else_train"], workdir, tok)
     t_train = time.time() - t0 - t_gen
+    save_params(params, workdir / "params.npz")
     result = evaluate_model(config, graphdef, params, items, tok)
     rows = result["rows"]
-    (workdir / "eval.json").write_text(json.dumps({"rows": rows, "stats": {k: v.as_dict() for k, v in stats.items()}},
+    chance = baselines.chance_rows({s: items[s] for s in EVAL_SPLITS}, EVAL_VARIANTS)
+    leak = generate.leakage(items["if_else_train"], items["if_else"])
+    (workdir / "eval.json").write_text(json.dumps({"rows": rows, "chance": chance, "leakage": leak,
+                                                   "predictions": result["predictions"],
+                                                   "stats": {k: v.as_dict() for k, v in stats.items()}},
                                                   indent=2) + "\n")
     plot_results(rows, workdir / "iv_vs_cf.png")
     losses_xy = [(r["step"], r["loss"]) for r in history if "loss" in r]
@@ -110,6 +135,7 @@ def run(config: CFConfig, workdir: pathlib.Path | str) -> dict[str, Any]:
         metrics[f"{r['split']}/{r['variant']}_f1"] = r["f1"]
     gaps = harness.gaps(rows, "em")
     metrics.update({f"{s}/gap_em": g for s, g in gaps.items()})
+    metrics.update({f"{c['split']}/{c['variant']}_chance_em": c["best_em"] for c in chance})
     metrics = {"if_else/interventional_em": metrics["if_else/interventional_em"],
                "if_else/counterfactual_em": metrics["if_else/counterfactual_em"],
                "mean_gap_em": float(np.mean(list(gaps.values()))), **metrics,

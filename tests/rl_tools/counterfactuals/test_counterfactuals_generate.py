@@ -105,3 +105,94 @@ def test_bad_arguments():
         generate.generate_split("if_else", 3, levels=(4,))
     with pytest.raises(ValueError, match="latents"):
         P.run(T._ie1(__import__("random").Random(0), T.LEVELS[1]), 1, (1, 2))
+
+
+# --- repairs (issue 31): split by program, structural variety, chance baselines, teacher traces -------------
+
+@pytest.fixture(scope="module")
+def level1():
+    return generate.generate_all({"if_else_train": 600, "if_else": 150}, seed=3, levels=(1,))[0]
+
+
+def test_in_distribution_split_is_by_program_and_leak_free(level1):
+    train, test = level1["if_else_train"], level1["if_else"]
+    leak = generate.leakage(train, test)
+    assert leak["program_overlap"] == 0.0 and leak["computation_overlap"] == 0.0
+    assert {generate.program_side(it.program) for it in train} == {"train"}
+    assert {generate.program_side(it.program) for it in test} == {"test"}
+    # renaming variables does not make a new program: the side and the key follow the canonical form
+    it = test[0]
+    renamed = P.Program(it.program.latents, it.program.body, it.program.ret, it.program.modulus, ("q", "acc"))
+    assert P.canonical(renamed) == P.canonical(it.program) and generate.program_side(renamed) == "test"
+    assert "def f(q):" in P.to_python(renamed) and "acc = q" in P.to_python(renamed)
+    # the measure can fail: a test set drawn from the training programs leaks
+    assert generate.leakage(train, train[:50])["program_overlap"] == 1.0
+
+
+def test_every_family_draws_thousands_of_distinct_programs():
+    import random
+    counts = {}
+    for fam in T.FAMILIES:
+        ts, rng = T.templates_of(fam), random.Random(7)
+        counts[fam] = len({P.canonical(ts[i % len(ts)].build(rng, T.LEVELS[1 + i % 3])) for i in range(3000)})
+    assert all(counts[f] >= 2000 for f in ("if_else", "if_else_long", "while", "multi_r")), counts
+    assert counts["math"] >= 900, counts
+    assert len(T.templates_of("math")) > 3
+    # within one template the structure itself varies (operators, branch lengths, elifs), not only constants
+    rng = random.Random(0)
+    skel = {P.skeleton(T._ie3(rng, T.LEVELS[1])) for _ in range(300)}
+    assert len(skel) >= 50, len(skel)
+
+
+def test_generated_items_are_distinct_programs(level1):
+    train = level1["if_else_train"]
+    assert len({P.canonical(it.program) for it in train}) >= 0.95 * len(train)
+    assert len({it.program.names for it in train}) > 10
+
+
+def test_chance_baselines_by_hand():
+    from rl_tools.counterfactuals import baselines
+    # y = x + r, r in 1..3, return y % 4; observed f(1) = 3 -> r = 2; f(2) under r in {1, 2, 3} = {3, 0, 1}
+    prog = P.Program((("r", 1, 3),), (P.Assign(T.add(T.X, T.R)),), T.Y, 4)
+    item = generate.Item(id="h", split="if_else", template_id="h", difficulty=1, program=prog, x0=1, y0=3, x1=2,
+                         r_true=(2,), consistent=((2,),), answer_cf=(0,), answer_iv=(0,), answer_factual=(3,),
+                         prior=(0, 1, 3))
+    ch = baselines.item_chance(item, "counterfactual")
+    assert ch["random_latent_em"] == pytest.approx(1 / 3) and ch["random_latent_f1"] == pytest.approx(1 / 3)
+    assert ch["uniform_em"] == pytest.approx(1 / 4)
+    assert ch["prior_em"] == 0.0 and ch["prior_f1"] == pytest.approx(2 * 1 / 4)
+    assert baselines.best_chance(ch) == pytest.approx(1 / 3) and baselines.best_chance(ch, "f1") == 0.5
+    rows = baselines.chance_rows({"if_else": [item]}, ("counterfactual", "factual"))
+    assert rows[0]["best_em"] == pytest.approx(1 / 3, abs=1e-4) and rows[0]["set_size"] == 1.0
+    with pytest.raises(ValueError, match="variant='nope'"):
+        baselines.item_chance(item, "nope")
+
+
+def test_chance_prior_set_never_matches_kept_items(splits):
+    from rl_tools.counterfactuals import baselines
+    items, _ = splits
+    rows = baselines.chance_rows({s: items[s][:30] for s in ("if_else", "while", "multi_r", "math")},
+                                 ("counterfactual",))
+    for r in rows:
+        assert r["prior_em"] == 0.0 and 0 < r["prior_f1"] < 1
+        assert 0 < r["random_latent_em"] < 1 and r["best_em"] >= r["uniform_em"]
+
+
+def test_teacher_traces_reach_the_gold_set_on_every_split(splits):
+    from rl_tools.counterfactuals import data, teacher
+    items, _ = splits
+    for split in ("if_else", "if_else_long", "while", "multi_r", "math"):
+        for it in items[split][:20]:
+            st = teacher.steps(it)
+            assert tuple(map(tuple, st["consistent"])) == it.consistent
+            assert tuple(st["answer"]) == it.answer_cf
+            words = teacher.trace_words(it)
+            assert words[0] == "abduce" and "predict" in words and words[-1] == "=>"
+            data.check_in_vocab(words)
+            text = teacher.trace_text(it)
+            assert text.startswith("Abduction") and text.endswith("{" + ", ".join(map(str, it.answer_cf)) + "}")
+            assert teacher.has_abduction(text) and teacher.has_abduction(" ".join(words))
+    assert not teacher.has_abduction("12 36 => 0") and not teacher.has_abduction(None)
+    tok = data.CompactTokenizer()
+    ex = data.examples(items["if_else"][:5], ("counterfactual",), tok, trace=True)
+    assert tok.decode(ex[0][1]).split()[0] == "abduce"

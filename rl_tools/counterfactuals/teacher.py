@@ -1,0 +1,78 @@
+"""Counterfactual teacher traces by enumeration: abduction (every latent consistent with the observation),
+intervention (x := x1), prediction (f(x1) under each consistent latent), then the answer set.
+
+Two renderings of the same steps:
+
+- `trace_text(item)`: English, for SFT of a chat model (the `paper` preset) or as a reference solution in
+  the export;
+- `trace_words(item)`: the compact token language of the small model (`data.py`):
+  `abduce r 1 -> 4 r 2 -> 3 ok r 3 -> 0 ... predict r 2 -> 1 ; =>` followed by the answer words. Each latent
+  tuple is listed with f(x0; r); consistent ones are marked `ok`; `predict` lists f(x1; r) for those.
+
+`has_abduction(text)` is the trace-analysis probe: does an output contain an explicit abduction step (the
+`abduce` marker in the compact language; in English, a statement of which latent values fit the
+observation)?
+"""
+
+from __future__ import annotations
+
+import re
+
+from rl_tools.counterfactuals import programs as P
+from rl_tools.counterfactuals.generate import Item
+
+
+def steps(item: Item) -> dict:
+    """{"abduction": [(r, f(x0; r), consistent)], "consistent": [r], "prediction": [(r, f(x1; r))],
+    "answer": sorted set}."""
+    domain = P.latent_domain(item.program)
+    at_x0 = [(r, P.run(item.program, item.x0, r)) for r in domain]
+    consistent = [r for r, y in at_x0 if y == item.y0]
+    pred = [(r, P.run(item.program, item.x1, r)) for r in consistent]
+    return {"abduction": [(r, y, y == item.y0) for r, y in at_x0], "consistent": consistent,
+            "prediction": pred, "answer": sorted({y for _, y in pred})}
+
+
+def _lat(item: Item, r: tuple) -> str:
+    return ", ".join(f"{n} = {v}" for n, v in zip(item.program.latent_names, r))
+
+
+def trace_text(item: Item) -> str:
+    s = steps(item)
+    names = ", ".join(item.program.latent_names)
+    lines = [f"Abduction: try every value of {names} and keep those for which f({item.x0}) = {item.y0}."]
+    for r, y, ok in s["abduction"]:
+        lines.append(f"- {_lat(item, r)}: f({item.x0}) = {y}" + (" (consistent)" if ok else ""))
+    lines.append("Consistent: " + "; ".join(_lat(item, r) for r in s["consistent"]) + ".")
+    lines.append(f"Intervention: set x = {item.x1}, keeping {names} as inferred.")
+    lines.append("Prediction:")
+    for r, y in s["prediction"]:
+        lines.append(f"- {_lat(item, r)}: f({item.x1}) = {y}")
+    lines.append("Answer: {" + ", ".join(map(str, s["answer"])) + "}")
+    return "\n".join(lines)
+
+
+def trace_words(item: Item) -> list[str]:
+    """The compact teacher trace up to and including `=>` (the answer words follow)."""
+    s = steps(item)
+    out = ["abduce"]
+    for r, y, ok in s["abduction"]:
+        out += ["r", *map(str, r), "->", str(y)] + (["ok"] if ok else [])
+    out.append("predict")
+    for r, y in s["prediction"]:
+        out += ["r", *map(str, r), "->", str(y), ";"]
+    return out + ["=>"]
+
+
+_ENGLISH = re.compile(r"(abduct|consistent with|values? of [a-z0-9, ]+ (?:that|which) (?:fit|match|give|produce))",
+                      re.IGNORECASE)
+
+
+def has_abduction(text: str | None) -> bool:
+    """Whether an output performs an explicit abduction step (see the module docstring)."""
+    if not text:
+        return False
+    return "abduce" in text.split() or bool(_ENGLISH.search(text))
+
+
+__all__ = ["steps", "trace_text", "trace_words", "has_abduction"]
