@@ -4,6 +4,7 @@ and exec, so a multithreaded JAX parent cannot deadlock), untrusted source is pa
 the worker to `nobody` (so RLIMIT_NPROC, the no-fork limit, would not bind) refuses to run programs."""
 
 import ast
+import os
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ def test_workers_start_without_python_code_between_fork_and_exec(monkeypatch):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
+    sandbox_lib.active_layers()  # the kernel probe (once per process) is done before the spy
     monkeypatch.setattr(sandbox_lib.subprocess, "Popen", spy)
     # a parent with JAX's threads running and another Python thread busy while the worker starts
     stop = threading.Event()
@@ -53,7 +55,8 @@ def test_workers_start_without_python_code_between_fork_and_exec(monkeypatch):
         stop.set()
         busy.join(timeout=10)
     assert len(seen) == 1 and seen[0].get("preexec_fn") is None, seen
-    assert seen[0]["start_new_session"] and seen[0]["env"] == {}
+    assert seen[0]["start_new_session"] and seen[0]["env"] == {"TMPDIR": seen[0]["cwd"]}  # nothing else
+    assert not os.access(seen[0]["cwd"], os.W_OK) or os.geteuid() == 0  # a read-only folder (root writes anyway)
     # the limits the child used to get from preexec_fn are set by the worker itself before any job
     assert limits["RLIMIT_AS"] == 256 * 2 ** 20 and limits["RLIMIT_NPROC"] == 0 and limits["RLIMIT_NOFILE"] == 3
     assert jax.device_count() >= 1  # JAX was initialised in this (multithreaded) parent
