@@ -19,14 +19,14 @@ class Config:
            (the released suite's size), k = 1..10.
     """
 
-    cases_per_attack: int = 100
-    domains: tuple[str, ...] = tuple(DOMAINS)
-    attacks: tuple[str, ...] = ATTACKS
-    spoofs: int = 10
-    k_sweep: tuple[int, ...] = tuple(range(1, 11))
-    k_sweep_cases: int = 100
-    learned_selector: bool = True
-    selector: SelectorConfig = SelectorConfig()
+    cases_per_attack: int = 100  # adversarial cases (each with a matched benign control) per attack and domain
+    domains: tuple[str, ...] = tuple(DOMAINS)  # request domains to evaluate: travel, healthcare, finance
+    attacks: tuple[str, ...] = ATTACKS  # attacks to evaluate: AS, CC, CO, HOTF, ASRF, ATSI (see scenarios.py)
+    spoofs: int = 10  # spoofed AgentCards k per AS (AgentCard spoofing) case in the main table
+    k_sweep: tuple[int, ...] = tuple(range(1, 11))  # spoof counts k of the spoofing-success-vs-k sweep
+    k_sweep_cases: int = 100  # AS attack cases per domain and k in the sweep
+    learned_selector: bool = True  # also train the learned card selector and sweep it next to the heuristic one
+    selector: SelectorConfig = SelectorConfig()  # the learned card selector's model and training
     seed: int = 0
 
     def __post_init__(self):

@@ -97,10 +97,10 @@ def card_pairs(n: int, *, seed: int) -> tuple[list[str], np.ndarray]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SelectorConfig:
-    width: int = 48
-    heads: int = 4
-    depth: int = 1
-    train_pairs: int = 1024
+    width: int = 48  # card encoder's embedding / transformer width
+    heads: int = 4  # attention heads per transformer block
+    depth: int = 1  # transformer blocks
+    train_pairs: int = 1024  # generated benign / spoof card pairs to train on
     steps: int = 300
     batch_size: int = 64
     lr: float = 3e-3
