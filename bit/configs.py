@@ -17,12 +17,12 @@ class DataConfig:
     """What the simulator produces: human attempted/imagined sessions (T15 schedule days) and monkey trials."""
 
     sessions: int = 12  # human attempted-speech sessions (the first days of the T15 schedule, evenly spread)
-    sentences_per_session: int = 100
+    sentences_per_session: int = 100  # simulated training sentences per attempted-speech session
     test_per_session: int = 20  # held-out sentences per session (never in the LM text or fine-tuning set)
-    imagined_sessions: int = 4
-    imagined_per_session: int = 50
-    monkey_sessions: int = 0
-    monkey_trials: int = 200
+    imagined_sessions: int = 4  # sessions that also record imagined speech (the first ones; 0 = none)
+    imagined_per_session: int = 50  # imagined sentences per such session: half pretraining, half test
+    monkey_sessions: int = 0  # unlabelled monkey reach sessions added to pretraining (0 = none)
+    monkey_trials: int = 200  # reach trials per monkey session
     alpha: float = 0.5  # how much monkey dynamics share with human speech dynamics
     labelled: int = 200  # labelled attempted sentences for CTC fine-tuning
     smooth_sd: float = 2.0  # Gaussian smoothing of the features, in bins (0 = off)
@@ -43,19 +43,19 @@ class DataConfig:
 class ModelConfig:
     """The BIT/NDT encoder: patches -> per-session read-in -> bidirectional RoPE transformer -> heads."""
 
-    patch: int = 5
-    d_model: int = 384
-    num_layers: int = 7
-    num_heads: int = 6
-    mlp_dim: int = 512
-    dropout: float = 0.4
-    emb_dropout: float = 0.2
-    rope_theta: float = 1e4
-    mask_ratio: float = 0.5
-    max_span: int = 15
+    patch: int = 5  # time bins (20 ms each) per input patch / token
+    d_model: int = 384  # transformer width
+    num_layers: int = 7  # transformer blocks
+    num_heads: int = 6  # attention heads
+    mlp_dim: int = 512  # hidden width of each block's MLP
+    dropout: float = 0.4  # dropout on attention weights and block outputs
+    emb_dropout: float = 0.2  # dropout on the read-in patch embeddings
+    rope_theta: float = 1e4  # rotary position embedding base (positions are patch indices)
+    mask_ratio: float = 0.5  # expected fraction of patches replaced by the mask token (span masking)
+    max_span: int = 15  # longest masked span, in patches (lengths uniform in 1..max_span)
     finetune_masking: bool = True  # released code: masking stays on in CTC training (Table 10 says 0 for T15)
     ctc_upsample: int = 1  # CTC frames per patch (1 = BIT); >1 splits each patch's output into frames
-    num_classes: int = 41
+    num_classes: int = 41  # CTC output classes: blank, 39 phones, silence
 
     def __post_init__(self):
         for name in ("patch", "d_model", "num_layers", "num_heads", "mlp_dim", "max_span", "ctc_upsample"):
@@ -70,11 +70,11 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    pretrain_steps: int = 2000
-    finetune_steps: int = 2000
+    pretrain_steps: int = 2000  # self-supervised span-masked reconstruction steps (skipped if pretrain off)
+    finetune_steps: int = 2000  # supervised CTC fine-tuning steps
     batch_size: int = 32
-    lr: float = 5e-4
-    pretrain_lr: float = 5e-4
+    lr: float = 5e-4  # peak learning rate of CTC fine-tuning
+    pretrain_lr: float = 5e-4  # peak learning rate of pretraining
     weight_decay: float = 1e-5
     warmup: int = 100
     noise_sd: float = 0.2  # white noise on the features during training
@@ -94,15 +94,15 @@ class TrainConfig:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
     beam: int = 8  # phone prefix beam (jit)
-    phone_lm_weight: float = 0.3
-    length_bonus: float = 0.5
+    phone_lm_weight: float = 0.3  # weight of the phone-LM log-prob in the phone beam search
+    length_bonus: float = 0.5  # score added per emitted phone in the phone beam search
     # flashlight lexicon decoder. Beam 100 and LM weight 0.5: on the demo model's log-probs (PER 26 %), a beam of
     # 30 at weight 1.0 loses the truth in search (WER 79 %, one or two words kept); beam 100 at 0.5 with word
     # score 1 gives 8 %. benchmarks/bit_cascade.py tunes weight and score per model on validation sentences
     word_beam: int = 100
-    word_lm_weight: float = 0.5
-    word_score: float = 1.0
-    sil_score: float = 0.0
+    word_lm_weight: float = 0.5  # weight of the word 3-gram LM in the lexicon decoder
+    word_score: float = 1.0  # score added per emitted word in the lexicon decoder
+    sil_score: float = 0.0  # score added per silence token in the lexicon decoder
     use_pallas: bool = False  # the Pallas expand-and-prune step (interpret mode off-GPU)
 
     def __post_init__(self):
@@ -120,7 +120,7 @@ class Config:
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
-    pretrain: bool = True
+    pretrain: bool = True  # pretrain before fine-tuning; false = BIT-TFS (trained from scratch)
     show: int = 5  # decoded sentences printed beside the truth
 
 

@@ -35,34 +35,34 @@ BIN_S = 0.02
 class SimConfig:
     """Simulator knobs. `gain` is the modulation depth that sets the difficulty (SNR)."""
 
-    latent_dim: int = 16
+    latent_dim: int = 16  # dimension of the latent articulator state driving the channels
     channels: int = 128  # simulated area-6v electrodes ('24 files also get 128 untuned area-44 columns)
-    tuned_fraction: float = 0.6
-    rate_hz: tuple[float, float] = (5.0, 50.0)
-    gain: float = 0.45
+    tuned_fraction: float = 0.6  # fraction of channels tuned to the latent (the rest carry baseline rate only)
+    rate_hz: tuple[float, float] = (5.0, 50.0)  # (low, high) range of baseline firing rates, in Hz (log-uniform)
+    gain: float = 0.45  # modulation depth of log-rate by the latent: sets the difficulty (SNR)
     phone_bins: float = 4.0  # mean phone duration (bins of 20 ms)
-    sil_bins: tuple[int, int] = (2, 8)
-    duration_sd: float = 0.3
-    go_bins: tuple[int, int] = (4, 10)
-    stiffness: float = 0.3
-    damping: float = 0.6
-    process_noise: float = 0.05
+    sil_bins: tuple[int, int] = (2, 8)  # (min, max) silence duration between words, in bins (uniform)
+    duration_sd: float = 0.3  # sd of log phone duration (attempted speech)
+    go_bins: tuple[int, int] = (4, 10)  # (min, max) rest bins before speech onset; the min is also appended after
+    stiffness: float = 0.3  # spring constant pulling the latent to each phone's target, per bin
+    damping: float = 0.6  # velocity damping of the latent dynamics, per bin
+    process_noise: float = 0.05  # sd of the Gaussian noise added to the latent velocity each bin
     drift_baseline: float = 0.02  # sd of log-baseline change per sqrt(day)
-    drift_gain: float = 0.01
-    drift_w: float = 0.01
-    death_per_day: float = 0.0005
-    block_offset: float = 0.1
-    sbp_noise: float = 0.5
-    max_bins: int = 160
+    drift_gain: float = 0.01  # sd of per-channel log-gain change per sqrt(day)
+    drift_w: float = 0.01  # sd of tuning-matrix (W) entry change per sqrt(day), tuned channels only
+    death_per_day: float = 0.0005  # probability per day that a channel goes silent for good
+    block_offset: float = 0.1  # sd of a per-block, per-channel log-rate offset
+    sbp_noise: float = 0.5  # sd of log-normal noise on spike-band power around the rate
+    max_bins: int = 160  # longest trial in bins (longer sentences lose trailing words; the padded length)
     # imagined speech
-    imagined_gain: float = 0.4
-    imagined_jitter: float = 0.6
+    imagined_gain: float = 0.4  # imagined-speech modulation depth as a fraction of `gain`
+    imagined_jitter: float = 0.6  # sd of log phone duration in imagined speech
     imagined_rotation: float = 0.5  # radians of W rotation away from attempted
     # monkey
-    monkey_channels: int = 96
-    reach_bins: float = 12.0
-    reach_stiffness: float = 0.1
-    reach_damping: float = 0.4
+    monkey_channels: int = 96  # electrodes of a simulated monkey session
+    reach_bins: float = 12.0  # mean reach-segment duration, in bins (mixed with phone_bins by data.alpha)
+    reach_stiffness: float = 0.1  # reach dynamics' spring constant (mixed with stiffness by data.alpha)
+    reach_damping: float = 0.4  # reach dynamics' damping (mixed with damping by data.alpha)
     seed: int = 0  # the "world": phone targets, the human W, baselines
 
     def __post_init__(self):
