@@ -1,7 +1,11 @@
-"""`iclr26 cf datasheet` (split statistics) and `iclr26 cf export` (JSONL per split and variant).
+"""`iclr26 cf datasheet` (split statistics), `iclr26 cf export` (JSONL per split and variant) and
+`iclr26 cf eval` (the paper's interventional-vs-counterfactual table for a model behind an OpenAI-compatible
+endpoint).
 
     iclr26 cf datasheet [--n 1000] [--n-train 5000] [--seed 0] [--markdown]
     iclr26 cf export OUT_DIR [--n 1000] [--n-train 5000] [--seed 0]
+    iclr26 cf eval --endpoint http://127.0.0.1:8000/v1 --model Qwen2.5-7B-Instruct [--n 200] [--reasoning]
+        [--max-tokens 4096] [--workers 8] [--cache answers.jsonl] [--out table.json]
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import pathlib
 import time
 
 from core.config import BadInputError
-from rl_tools.counterfactuals import export, generate
+from rl_tools.counterfactuals import baselines, export, generate, harness
+
+EVAL_SPLITS = ("if_else", "if_else_long", "while", "multi_r", "math")
 
 
 def _sizes(args: argparse.Namespace) -> dict[str, int]:
@@ -48,6 +54,57 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_table(result_rows, chance_rows) -> list[dict]:
+    """One row per split: IV and CF exact match and F1, the gaps, and the best chance guess beside each."""
+    table = {(r["split"], r["variant"]): r for r in result_rows}
+    chance = {(c["split"], c["variant"]): c for c in chance_rows}
+    out = []
+    for split in dict.fromkeys(r["split"] for r in result_rows):
+        iv, cf = table.get((split, "interventional")), table.get((split, "counterfactual"))
+        row = {"split": split, "n": (iv or cf)["n"]}
+        for short, r, v in (("iv", iv, "interventional"), ("cf", cf, "counterfactual")):
+            if r is not None:
+                c = chance[(split, v)]
+                row.update({f"{short}_em": round(r["em"], 4), f"{short}_f1": round(r["f1"], 4),
+                            f"{short}_chance_em": c["best_em"], f"{short}_chance_f1": c["best_f1"]})
+        if iv is not None and cf is not None:
+            row["gap_em"] = round(iv["em"] - cf["em"], 4)
+            row["gap_f1"] = round(iv["f1"] - cf["f1"], 4)
+            row["cf_set_size"] = chance[(split, "counterfactual")]["set_size"]
+        row["errors"] = sum(r["errors"] for r in (iv, cf) if r is not None)
+        out.append(row)
+    return out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import os
+    if args.n < 1:
+        raise BadInputError(f"--n {args.n}: expected >= 1 items per split")
+    bad = [s for s in args.splits if s not in EVAL_SPLITS]
+    if bad:
+        raise BadInputError(f"--splits {bad}: expected names from {EVAL_SPLITS}")
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    try:
+        adapter = harness.OpenAIChatAdapter(args.endpoint, args.model, api_key=api_key, max_tokens=args.max_tokens,
+                                            workers=args.workers, reasoning=args.reasoning, retries=args.retries,
+                                            timeout=args.timeout, cache_path=args.cache)
+    except ValueError as err:
+        raise BadInputError(str(err)) from None
+    items, _ = generate.generate_all({s: args.n for s in args.splits}, seed=args.seed)
+    t0 = time.perf_counter()
+    result = harness.evaluate(items, adapter, variants=("interventional", "counterfactual"))
+    rows = eval_table(result["rows"], baselines.chance_rows(items, ("interventional", "counterfactual")))
+    print(export.format_table(rows, markdown=args.markdown))
+    print(f"\n{args.model} at {args.endpoint}: {sum(len(v) for v in items.values())} items x 2 variants in "
+          f"{time.perf_counter() - t0:.1f} s, {adapter.requests} HTTP requests, {len(adapter.errors)} failed prompts; "
+          "chance = the best of a random-latent guess, a uniform value and the prior set on the same items")
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps({"model": args.model, "endpoint": args.endpoint, "rows": rows,
+                                                      "n": args.n, "seed": args.seed,
+                                                      "errors": adapter.errors[:20]}, indent=2) + "\n")
+    return 0 if not adapter.errors or len(adapter.errors) < sum(r["n"] for r in rows) else 1
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("cf", help="executable counterfactuals: datasheet and JSONL export",
                               description="Generate the executable-counterfactual splits (deterministic in "
@@ -65,3 +122,23 @@ def register(subparsers) -> None:
             q.add_argument("--markdown", action="store_true", help="print a markdown table")
             q.add_argument("--json", action="store_true", help="also print the rows and template counts as JSON")
         q.set_defaults(func=func)
+    q = sub.add_parser("eval", help="the IV-vs-CF table of a model behind an OpenAI-compatible endpoint",
+                       description="Send every item's interventional and counterfactual question to "
+                                   "POST {endpoint}/chat/completions and print EM / F1 per split with the "
+                                   "chance baselines beside them.")
+    q.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000/v1")
+    q.add_argument("--model", required=True, help="model name sent in the request")
+    q.add_argument("--n", type=int, default=200, help="items per split (default 200)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--splits", nargs="+", default=list(EVAL_SPLITS), help=f"splits (default {' '.join(EVAL_SPLITS)})")
+    q.add_argument("--max-tokens", type=int, default=2048, help="completion token budget (default 2048)")
+    q.add_argument("--workers", type=int, default=8, help="requests in flight at most (default 8)")
+    q.add_argument("--retries", type=int, default=4, help="retries per request with exponential backoff")
+    q.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    q.add_argument("--reasoning", action=argparse.BooleanOptionalAction, default=None,
+                   help="send max_completion_tokens and no temperature (default: by model name, o1/o3/o4/gpt-5)")
+    q.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    q.add_argument("--cache", default=None, help="JSONL answer cache by prompt hash (reruns skip cached prompts)")
+    q.add_argument("--out", default=None, help="also write the table as JSON here")
+    q.add_argument("--markdown", action="store_true", help="print a markdown table")
+    q.set_defaults(func=cmd_eval)

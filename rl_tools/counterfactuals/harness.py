@@ -5,8 +5,9 @@ Adapters turn prompts into completions:
 - `LMAdapter`: a `core.lm` model (graphdef, params) and a tokenizer; batched, greedy, jitted generation with
   a KV cache (`core.lm.generate`); prompts are padded to fixed buckets and batches to a fixed size, so a whole
   evaluation compiles a handful of programs.
-- `OpenAIChatAdapter`: any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, llama.cpp server, or
-  `server.serve` here), standard library only, a few requests in flight.
+- `OpenAIChatAdapter`: any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, llama.cpp server, a hosted
+  API, or `server.serve` here), standard library only: reasoning-model parameters, retries with backoff,
+  bounded concurrency, a cache by prompt hash.
 
 `evaluate` sends one prompt per (item, variant), parses the answer sets (`verify.parse_answer`) and reports exact
 match (Wilson 95% interval) and macro F1 (normal 95% interval) per split and variant, plus the
@@ -73,35 +74,122 @@ class LMAdapter:
         return out
 
 
+REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")  # model names that take max_completion_tokens, no temperature
+RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
+
+
 class OpenAIChatAdapter:
-    """POST {base_url}/chat/completions with one user message per prompt (temperature 0 by default)."""
+    """POST {base_url}/chat/completions with one user message per prompt.
+
+    - Reasoning models (`reasoning=True`, or by default a model name starting with o1/o3/o4/gpt-5) get
+      `max_completion_tokens` and no `temperature` (those endpoints reject it); others get `max_tokens` and
+      `temperature` (0 by default).
+    - Retries: HTTP 408/409/425/429/5xx, connection errors and timeouts are retried up to `retries` times with
+      exponential backoff (`backoff` * 2^attempt seconds, honouring a numeric Retry-After up to 60 s); any other
+      HTTP error is final. A prompt that fails for good gives None and a line in `errors`.
+    - At most `workers` requests are in flight at once (a thread pool of that size).
+    - Answers are cached by the SHA-256 of (endpoint, model, request parameters, messages): in memory, and in
+      the JSONL file `cache_path` when given (appended, read back on the next run), so a rerun sends only the
+      prompts that have no answer yet.
+    """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, max_tokens: int = 256,
-                 temperature: float = 0.0, timeout: float = 60.0, workers: int = 4, system: str | None = None):
+                 temperature: float | None = 0.0, timeout: float = 60.0, workers: int = 4, system: str | None = None,
+                 reasoning: bool | None = None, retries: int = 4, backoff: float = 1.0,
+                 cache_path: str | None = None, sleep: Callable[[float], None] | None = None):
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url={base_url!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+        if workers < 1 or retries < 0 or max_tokens < 1:
+            raise ValueError(f"workers={workers}, retries={retries}, max_tokens={max_tokens}: expected workers >= 1, "
+                             "retries >= 0 and max_tokens >= 1")
+        import threading
+        import time as _time
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key, self.max_tokens = model, api_key, max_tokens
         self.temperature, self.timeout, self.workers, self.system = temperature, timeout, workers, system
+        self.reasoning = model.lower().startswith(REASONING_PREFIXES) if reasoning is None else reasoning
+        self.retries, self.backoff = retries, backoff
+        self.sleep = sleep or _time.sleep
         self.name = f"openai:{model}"
         self.errors: list[str] = []
+        self.requests = 0  # HTTP requests sent (retries included)
+        self.cache: dict[str, str] = {}
+        self.cache_path = cache_path
+        self._lock = threading.Lock()
+        if cache_path:
+            import os
+            if os.path.exists(cache_path):
+                with open(cache_path) as fh:
+                    for line in fh:
+                        if line.strip():
+                            row = json.loads(line)
+                            self.cache[row["key"]] = row["content"]
 
-    def _one(self, prompt: str) -> str | None:
+    def body(self, prompt: str) -> dict[str, Any]:
         messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
             [{"role": "user", "content": prompt}]
-        body = json.dumps({"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
-                           "temperature": self.temperature}).encode()
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if self.reasoning:
+            body["max_completion_tokens"] = self.max_tokens
+        else:
+            body["max_tokens"] = self.max_tokens
+            if self.temperature is not None:
+                body["temperature"] = self.temperature
+        return body
+
+    def cache_key(self, body: Mapping[str, Any]) -> str:
+        import hashlib
+        return hashlib.sha256(json.dumps({"url": self.url, **body}, sort_keys=True).encode()).hexdigest()
+
+    def _post(self, body: dict) -> str:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read().decode())
-            return payload["choices"][0]["message"]["content"]
-        except (urllib.error.URLError, TimeoutError, OSError, KeyError, IndexError, ValueError) as err:
-            self.errors.append(f"{type(err).__name__}: {err}")
-            return None
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        with self._lock:
+            self.requests += 1
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            payload = json.loads(resp.read().decode())
+        content = payload["choices"][0]["message"].get("content")
+        if content is None:
+            raise ValueError("the response has no message content")
+        return content
+
+    def _one(self, prompt: str) -> str | None:
+        body = self.body(prompt)
+        key = self.cache_key(body)
+        with self._lock:
+            if key in self.cache:
+                return self.cache[key]
+        last = ""
+        for attempt in range(self.retries + 1):
+            wait = self.backoff * 2 ** attempt
+            try:
+                content = self._post(body)
+            except urllib.error.HTTPError as err:
+                last = f"HTTPError {err.code}: {err.reason}"
+                if err.code not in RETRY_STATUS:
+                    break
+                after = err.headers.get("Retry-After") if err.headers else None
+                if after and after.strip().isdigit():
+                    wait = min(float(after), 60.0)
+            except (urllib.error.URLError, TimeoutError, OSError) as err:
+                last = f"{type(err).__name__}: {err}"
+            except (KeyError, IndexError, ValueError, TypeError) as err:
+                last = f"bad response ({type(err).__name__}: {err})"
+                break
+            else:
+                with self._lock:
+                    self.cache[key] = content
+                    if self.cache_path:
+                        with open(self.cache_path, "a") as fh:
+                            fh.write(json.dumps({"key": key, "content": content}) + "\n")
+                return content
+            if attempt < self.retries:
+                self.sleep(wait)
+        with self._lock:
+            self.errors.append(last)
+        return None
 
     def complete(self, prompts: Sequence[str]) -> list[str | None]:
         with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
