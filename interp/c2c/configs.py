@@ -25,12 +25,12 @@ ALIGN_STRATEGIES = ("first", "longest")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WorldConfig:
-    num_recv: int = 12
-    num_hint: int = 8
-    num_fuse: int = 32
-    num_test: int = 16
-    num_cities: int = 12
-    num_colours: int = 6
+    num_recv: int = 12  # entities whose city both models know (the receiver learns two-hop on them)
+    num_hint: int = 8  # entities used only in the receiver's hinted examples (teach hint reading)
+    num_fuse: int = 32  # sharer-only-city entities the fuser trains on
+    num_test: int = 16  # sharer-only-city entities held out for evaluation
+    num_cities: int = 12  # cities (even, >= 4); the sharer knows the colours of the first half
+    num_colours: int = 6  # colours (>= 2), each city has one
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,22 +53,22 @@ class FuserConfig:
     gate temperature annealed exponentially 1.0 -> 0.001 over `anneal_steps` (1,929 = one epoch in the paper;
     0 = this run's fuser steps)."""
 
-    hidden: int = 1024
-    intermediate: int = 1024
-    dropout: float = 0.1
-    gate_init: float = 0.0
-    temperature_start: float = 1.0
-    temperature_end: float = 0.001
-    anneal_steps: int = 1929
-    mapping: str = "last_aligned"
+    hidden: int = 1024  # width of each layer fuser's trunk
+    intermediate: int = 1024  # hidden width of each FFN block
+    dropout: float = 0.1  # dropout inside the FFN blocks (training only)
+    gate_init: float = 0.0  # initial per-layer gate logit (inference opens the gate where it is > 0)
+    temperature_start: float = 1.0  # Gumbel-sigmoid gate temperature at step 0
+    temperature_end: float = 0.001  # gate temperature reached at anneal_steps, then held
+    anneal_steps: int = 1929  # steps of the exponential temperature anneal (0 = the fuser's steps)
+    mapping: str = "last_aligned"  # receiver-to-sharer layer map: last_aligned aligns the stacks' last layers
     key_frame: str = "rotated"  # fuse the cached (post-RoPE) keys as the reference does, or the un-rotated ones
     include_response: bool = False  # also fuse the response tokens' cache (the default fuses the prompt only)
     steps: int = 1929
     batch_size: int = 256
     lr: float = 1e-4
     weight_decay: float = 0.01
-    warmup_fraction: float = 0.1
-    clip_norm: float = 1.0
+    warmup_fraction: float = 0.1  # fraction of the fuser's steps spent in linear lr warm-up
+    clip_norm: float = 1.0  # global gradient-norm clip
 
     def __post_init__(self):
         for name in ("hidden", "intermediate", "steps", "batch_size"):
@@ -106,10 +106,10 @@ class C2CConfig:
     latency_queries: int = 24  # single-query timings per method, interleaved
     seed: int = 0
     # the `paper` preset: local HF folders (config.json, safetensors, tokenizer.json)
-    receiver_path: str = ""
-    sharer_path: str = ""
+    receiver_path: str = ""  # the receiver's local HF folder (set with sharer_path; empty = toy world)
+    sharer_path: str = ""  # the sharer's local HF folder (set with receiver_path; empty = toy world)
     align_strategy: str = "first"  # cross-tokenizer alignment of a receiver token to sharer tokens
-    instruction_samples: int = 4000
+    instruction_samples: int = 4000  # generated instruction/response pairs the HF fuser trains on (1 % test)
 
     def __post_init__(self):
         check(self.latency_queries >= 2, "latency_queries", self.latency_queries, ">= 2")
