@@ -45,12 +45,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     items, stats = generate.generate_all(_sizes(args), seed=args.seed)
     out = pathlib.Path(args.out)
     total = 0
+    manifest = []
     for split, its in items.items():
         for variant in generate.VARIANTS:
-            domain = "math" if split == "math" else "code"
-            total += export.write_jsonl(its, out / f"{domain}-{split}-{variant}.jsonl", variants=(variant,))
+            name = export.config_name(split, variant)
+            n = export.write_jsonl(its, out / f"{name}.jsonl", variants=(variant,))
+            total += n
+            released = export.RELEASED_CONFIGS.get((split, variant))
+            manifest.append({"file": f"{name}.jsonl", "config": name, "split": split, "variant": variant,
+                             "records": n, "released_config": released,
+                             "matches": ("the released configuration's name and kind of question; items, prompts "
+                                         "and schema are reconstructed, not the released rows") if released
+                             else "no released configuration: ours only"})
     (out / "datasheet.json").write_text(json.dumps(export.split_statistics(items, stats), indent=2) + "\n")
-    print(f"wrote {total} records to {out}")
+    (out / "configs.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {total} records to {out}; {sum(m['released_config'] is not None for m in manifest)} of "
+          f"{len(manifest)} files carry a released configuration name (configs.json says which)")
     return 0
 
 

@@ -1,13 +1,20 @@
 """Questions (prompt text), JSONL export in a documented schema, and split statistics (the datasheet).
 
-One JSONL record per (item, variant); the config name mirrors the released dataset's
-(`code-if_else-counterfactual`, `math-math-interventional`, ...). Schema, every field always present:
+One JSONL record per (item, variant). Config names: where the released dataset
+(`Raidriar-Dai/executable-counterfactuals`, per its dataset card) has a configuration for the same split and
+variant, the export uses that exact name (`RELEASED_CONFIGS`: `code-if_else-counterfactual`,
+`math-gsm-interventional`, `code-if_else-counterfactual-train`, ...) and records it in `released_config`;
+every other (split, variant) keeps our own name `<domain>-<split>-<variant>` and `released_config` is null.
+A matching name means the same *kind* of question only: the released rows could not be downloaded here, so
+the items, prompt text, answer format and schema are our reconstruction and do not match the released files.
+Schema, every field always present:
 
 | field | type | meaning |
 |---|---|---|
 | id | str | `<item_id>-<variant>` |
 | item_id | str | shared by the three variants of one item |
-| config | str | `<domain>-<split>-<variant>` |
+| config | str | the released name where one exists (`RELEASED_CONFIGS`), else `<domain>-<split>-<variant>` |
+| released_config | str or null | the released configuration of the same split and variant, null where there is none |
 | split, variant, domain | str | split name; counterfactual / interventional / factual; code / math |
 | template_id, difficulty | str, int | the template (`if_else/T3`) and the difficulty level (1-3) |
 | code | str | the Python program (`def f(x)`; latents drawn by `random.randint(lo, hi)`) |
@@ -33,6 +40,25 @@ from typing import Any
 from core.config import BadInputError
 from core.data import input_file
 from rl_tools.counterfactuals.generate import VARIANTS, Item, SplitStats
+
+RELEASED_CONFIGS = {  # (split, variant) -> configuration name on the released dataset's card
+    ("if_else", "counterfactual"): "code-if_else-counterfactual",
+    ("if_else_long", "counterfactual"): "code-if_else_long-counterfactual",
+    ("multi_r", "counterfactual"): "code-multi_r-counterfactual",
+    ("while", "counterfactual"): "code-while-counterfactual",
+    ("multi_r", "interventional"): "code-multi_r-interventional",
+    ("while", "interventional"): "code-while-interventional",
+    ("math", "counterfactual"): "math-gsm-counterfactual",
+    ("math", "interventional"): "math-gsm-interventional",
+    ("if_else_train", "counterfactual"): "code-if_else-counterfactual-train",
+}
+
+
+def config_name(split: str, variant: str) -> str:
+    """The released configuration's name for (split, variant) where there is one, else ours."""
+    domain = "math" if split == "math" else "code"
+    return RELEASED_CONFIGS.get((split, variant), f"{domain}-{split}-{variant}")
+
 
 ANSWER_FORMAT = "Answer with the set of every possible value in braces, e.g. {1, 4}; a single value is {3}."
 
@@ -80,7 +106,8 @@ def question(item: Item, variant: str) -> str:
 def record(item: Item, variant: str) -> dict[str, Any]:
     cf = variant == "counterfactual"
     return {
-        "id": f"{item.id}-{variant}", "item_id": item.id, "config": f"{item.domain}-{item.split}-{variant}",
+        "id": f"{item.id}-{variant}", "item_id": item.id, "config": config_name(item.split, variant),
+        "released_config": RELEASED_CONFIGS.get((item.split, variant)),
         "split": item.split, "variant": variant, "domain": item.domain, "template_id": item.template_id,
         "difficulty": item.difficulty, "code": item.code, "story": item.story,
         "latents": [list(t) for t in item.program.latents], "x_factual": item.x0, "y_factual": item.y0,
