@@ -35,19 +35,19 @@ class CADConfig:
     model: LMConfig = _lm(128, 4, 4)
     n_train: int = 50000  # parts; each gives one example per instruction level
     n_test: int = 1000  # parts; evaluated at every level
-    max_extrusions: int = 3
-    seq_len: int = 256
+    max_extrusions: int = 3  # extrusions per part at most: the base plate and up to max_extrusions - 1 features
+    seq_len: int = 256  # tokens per packed training row (>= 224, the longest actioner example)
     batch_size: int = 32
-    planner_steps: int = 2000
-    actioner_steps: int = 6000
+    planner_steps: int = 2000  # planner (text -> plan) training steps
+    actioner_steps: int = 6000  # training steps of each actioner (with and without the requirement memory)
     direct_steps: int = 0  # 0 = planner_steps + actioner_steps (equal compute)
-    tagger_steps: int = 1500
+    tagger_steps: int = 1500  # requirement (RAM) tagger training steps
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    eval_batch: int = 100
-    chamfer_points: int = 2000
-    arms: tuple[str, ...] = ARMS
+    eval_batch: int = 100  # prompts per greedy-decoding batch at evaluation
+    chamfer_points: int = 2000  # surface points sampled per mesh for the Chamfer distance
+    arms: tuple[str, ...] = ARMS  # arms to train and score: direct, pta, pta_no_ram, pta_gold_plan
     renders: int = 6  # test parts rendered per arm (PNG)
     seed: int = 0
     log_every: int = 100
