@@ -15,7 +15,7 @@ from core.config import check
 from .data import AugmentConfig, VideoConfig
 from .spiking import LIFConfig
 
-BASES = ("simclr", "simsiam", "byol", "barlowtwins")
+BASES = ("simclr", "simsiam", "byol", "barlowtwins", "moco")
 
 #: Loss switches per variant: w_pred multiplies alpha (PredNext), w_forced multiplies beta (forced
 #: consistency), step / clip turn the two predictions on, cross = 1 predicts the other view's targets.
@@ -43,6 +43,8 @@ class ModelConfig:
     proj_hidden: int = 256
     proj_dim: int = 128
     head_hidden: int = 128  # P_T, P_C and the SimSiam/BYOL predictor
+    proj_out_bn: bool = True  # BN (no scale/shift) on the projector's output, as SimSiam's (and MoCo v3's) projector
+    per_view_bn: bool = True  # each view is its own forward pass (BN statistics per view), as SimSiam's recipe
     lif: LIFConfig = LIFConfig()
 
     def __post_init__(self):
@@ -64,13 +66,15 @@ class LossConfig:
     The step term is a mean over t (not a sum), so step and clip terms weigh the same.
     """
 
-    base: Literal["simclr", "simsiam", "byol", "barlowtwins"] = "simsiam"
+    base: Literal["simclr", "simsiam", "byol", "barlowtwins", "moco"] = "simsiam"
     alpha: float = 0.5
     beta: float = 0.2
     step_offset: int = 1  # m
-    temperature: float = 0.2  # SimCLR
+    temperature: float = 0.2  # InfoNCE temperature of SimCLR and MoCo (MoCo v2: 0.2)
     barlow_lambda: float = 5e-3
     byol_momentum: float = 0.99
+    moco_queue: int = 4096  # MoCo v2: negatives queue length (keys of past batches; >= 2 x batch)
+    moco_momentum: float = 0.999  # MoCo v2: EMA momentum of the key encoder
 
     def __post_init__(self):
         check(self.base in BASES, "loss.base", self.base, f"one of {BASES}")
@@ -80,6 +84,8 @@ class LossConfig:
         check(self.temperature > 0, "loss.temperature", self.temperature, "a number > 0")
         check(self.barlow_lambda >= 0, "loss.barlow_lambda", self.barlow_lambda, "a number >= 0")
         check(0.0 <= self.byol_momentum < 1.0, "loss.byol_momentum", self.byol_momentum, "a number in [0, 1)")
+        check(0.0 <= self.moco_momentum < 1.0, "loss.moco_momentum", self.moco_momentum, "a number in [0, 1)")
+        check(self.moco_queue >= 1, "loss.moco_queue", self.moco_queue, "an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,6 +101,9 @@ class TrainConfig:
     probe_steps: int = 300  # full-batch Adam steps of the linear probe
     probe_lr: float = 0.05
     eval_clips: int = 3  # clips per video, features averaged (the paper's protocol)
+    finetune_steps: int = 100  # supervised fine-tuning of the pretrained backbone + a linear head (0: off)
+    finetune_lr: float = 1e-3  # AdamW, cosine decay, for backbone and head
+    retrieval_k: tuple[int, ...] = (1, 5)  # R@k: a test clip's k nearest train clips include its class
     fast_compile: bool = False  # XLA optimisation level 0 (tests): faster compiles, slower steps
 
     def __post_init__(self):
@@ -107,6 +116,10 @@ class TrainConfig:
         check(self.log_every >= 1, "train.log_every", self.log_every, "an integer >= 1")
         check(self.probe_steps >= 1, "train.probe_steps", self.probe_steps, "an integer >= 1")
         check(self.eval_clips >= 1, "train.eval_clips", self.eval_clips, "an integer >= 1")
+        check(self.finetune_steps >= 0, "train.finetune_steps", self.finetune_steps, "an integer >= 0")
+        check(self.finetune_lr > 0, "train.finetune_lr", self.finetune_lr, "a number > 0")
+        check(len(self.retrieval_k) >= 1 and all(k >= 1 for k in self.retrieval_k), "train.retrieval_k",
+              self.retrieval_k, "a non-empty tuple of integers >= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,6 +147,9 @@ class Config:
         check(self.loss.step_offset < self.data.clip_len, "loss.step_offset", self.loss.step_offset,
               f"less than data.clip_len={self.data.clip_len}")
         check(self.frame_stride >= 1, "frame_stride", self.frame_stride, "an integer >= 1")
+        check(self.loss.base != "moco" or self.loss.moco_queue >= 2 * self.train.batch_size, "loss.moco_queue",
+              self.loss.moco_queue, f">= 2 x train.batch_size = {2 * self.train.batch_size} (both views' keys are "
+              "enqueued every step)")
         check(self.source == "moving_digits" or self.model.in_channels == 3, "model.in_channels",
               self.model.in_channels, f"3 with source={self.source!r} (frame folders are RGB): add "
               "--set model.in_channels=3")
@@ -148,7 +164,7 @@ def tiny() -> Config:
         model=ModelConfig(channels=(4, 8), proj_hidden=16, proj_dim=8, head_hidden=8),
         loss=LossConfig(base="simsiam"),
         train=TrainConfig(batch_size=8, steps=3, warmup=1, log_every=1, probe_steps=20, eval_clips=1,
-                          fast_compile=True),
+                          finetune_steps=2, fast_compile=True),
         variants=("base", "prednext"),
     )
 
@@ -162,18 +178,20 @@ def demo() -> Config:
     return Config(
         data=VideoConfig(n_train=256, n_test=256),
         model=ModelConfig(channels=(8, 16, 32), stem_stride=2, proj_hidden=128, proj_dim=64, head_hidden=64),
-        train=TrainConfig(batch_size=32, steps=80, warmup=8, log_every=20, eval_clips=1, probe_steps=200),
+        train=TrainConfig(batch_size=32, steps=80, warmup=8, log_every=20, eval_clips=1, probe_steps=200,
+                          finetune_steps=40),
         variants=("base", "prednext"),
     )
 
 
-def bench(base: str, steps: int = 500, seeds: int = 3) -> Config:
+def bench(base: str, steps: int = 500, seeds: int = 3, task: str = "motion") -> Config:
     """The benchmark's setting (benchmarks/prednext.py): the notes' small-scale model (16/32/64, T = 8, 32x32),
-    batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds vmapped together."""
+    batch 32, `steps` steps, base vs + PredNext vs + forced consistency, `seeds` seeds; MoCo with a 1024-key
+    queue and momentum 0.99 (short runs)."""
     return Config(
-        data=VideoConfig(n_train=1024, n_test=512),
+        data=VideoConfig(n_train=1024, n_test=512, task=task),
         model=ModelConfig(channels=(16, 32, 64), stem_stride=2, proj_hidden=256, proj_dim=128, head_hidden=128),
-        loss=LossConfig(base=base),
+        loss=LossConfig(base=base, moco_queue=1024, moco_momentum=0.99),
         train=TrainConfig(batch_size=32, steps=steps, warmup=max(1, steps // 20), seeds=seeds, log_every=50),
     )
 
@@ -193,9 +211,10 @@ def ucf101() -> Config:
         loss=LossConfig(base="simsiam"),
         train=TrainConfig(batch_size=256, steps=7450, warmup=370, log_every=50),
         source="ucf101", data_root="/data/ucf101/frames", split_dir="/data/ucf101/splits",
-        frame_stride=2, variants=("prednext",),
+        frame_stride=2, variants=("base", "prednext"),
     )
 
 
 PRESETS = {"tiny": tiny(), "demo": demo(), "bench_simsiam": bench("simsiam"), "bench_simclr": bench("simclr"),
+           "bench_moco": bench("moco"), "bench_order": bench("simsiam", task="order"),
            "ucf101": ucf101(), "paper": ucf101()}

@@ -14,6 +14,7 @@ import math
 import pathlib
 import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,14 @@ MOTIONS: tuple[tuple[str, tuple[int, int], float, float], ...] = (
 )
 MOTION_NAMES = tuple(m[0] for m in MOTIONS)
 
+#: the "order" task: the video shows digits d0, d0 + s, d0 + 2s, ... (mod 10), each for `hold` frames; class = s.
+#: Classes 2i and 2i + 1 are time reverses of each other (same frames, opposite order).
+ORDER_STEPS: tuple[int, ...] = (1, -1, 2, -2, 3, -3)
+ORDER_NAMES = tuple(f"{'up' if s > 0 else 'down'}{abs(s)}" for s in ORDER_STEPS)
+
+#: the labels of each task, the task label first (probed, fine-tuned and used for retrieval)
+TASK_LABELS = {"motion": ("motion", "digit"), "order": ("order", "digit")}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VideoConfig:
@@ -50,6 +59,8 @@ class VideoConfig:
     future_gap: int = 8  # the future clip starts at least this many frames after the clip starts
     jitter: int = 1  # temporal jitter of each view's start, frames (+-)
     seed: int = 0
+    task: str = "motion"  # "motion": 8 motion classes; "order": digits counting up / down (labels need frame order)
+    hold: int = 2  # "order" task: frames each digit of the sequence is shown
 
     def __post_init__(self):
         for name in ("n_train", "n_test", "canvas", "length", "min_size", "max_size", "clip_len"):
@@ -61,6 +72,8 @@ class VideoConfig:
         check(self.jitter >= 0, "data.jitter", self.jitter, "an integer >= 0")
         check(self.length >= self.future_gap + self.clip_len + 2 * self.jitter, "data.length", self.length,
               f">= future_gap + clip_len + 2*jitter = {self.future_gap + self.clip_len + 2 * self.jitter}")
+        check(self.task in TASK_LABELS, "data.task", self.task, f"one of {tuple(TASK_LABELS)}")
+        check(self.hold >= 1, "data.hold", self.hold, "an integer >= 1")
 
 
 def load_sprites() -> tuple[np.ndarray, np.ndarray]:
@@ -131,11 +144,51 @@ def generate(config: VideoConfig, n: int, key: jax.Array) -> dict[str, np.ndarra
             "size0": np.asarray(size0)}
 
 
+def order_digits(d0: jax.Array, step: jax.Array, config: VideoConfig) -> jax.Array:
+    """The digit shown in each frame of an "order" video: (d0 + step * (t // hold)) mod 10; d0, step (n,)."""
+    events = jnp.arange(config.length) // config.hold
+    return jnp.mod(d0[:, None] + step[:, None] * events[None, :], 10)
+
+
+def render_order(sprite_table: jax.Array, digits: jax.Array, center: jax.Array, angle: jax.Array,
+                 size: jax.Array, canvas: int) -> jax.Array:
+    """Frames (n, L, canvas, canvas) in [0, 1]: frame t of video i draws sprite `sprite_table[i, digits[i, t]]`
+    (sprite_table (n, 10, 8, 8): one drawing of each digit per video) at that video's fixed pose."""
+    def video(table, ds, c, a, s):
+        return jax.vmap(lambda d: render_frame(table[d], c, a, s, canvas))(ds)
+    return jax.lax.map(lambda x: video(*x), (sprite_table, digits, center, angle, size), batch_size=64)
+
+
+def generate_order(config: VideoConfig, n: int, key: jax.Array) -> dict[str, np.ndarray]:
+    """`n` "order" videos: one static digit drawing at a time, counting up or down by 1, 2 or 3 (mod 10), each
+    digit shown for `hold` frames; {"video" (n, L, canvas, canvas) uint8, "order" (n,) index into ORDER_STEPS,
+    "digit" (n,) the first digit}. A clip of T >= 2 hold frames identifies the class only through the order of
+    its frames: reversed in time, a video of class 2i is exactly a video of class 2i + 1 (tested)."""
+    sprites, digits = load_sprites()
+    by_digit = [np.flatnonzero(digits == d) for d in range(10)]
+    k = jax.random.split(key, 6)
+    order = jax.random.randint(k[0], (n,), 0, len(ORDER_STEPS))
+    d0 = jax.random.randint(k[1], (n,), 0, 10)
+    pick = np.asarray(jax.random.uniform(k[2], (n, 10)))  # one drawing of each digit per video
+    table = np.stack([sprites[by_digit[d][(pick[:, d] * len(by_digit[d])).astype(int)]] for d in range(10)], 1)
+    centre = config.canvas / 2 - 0.5
+    center = centre + jax.random.uniform(k[3], (n, 2), minval=-config.canvas / 8, maxval=config.canvas / 8)
+    angle = jax.random.uniform(k[4], (n,), minval=-0.3, maxval=0.3)
+    size = jax.random.uniform(k[5], (n,), minval=config.min_size, maxval=config.max_size)
+    step = jnp.asarray(ORDER_STEPS)[order]
+    frames = render_order(jnp.asarray(table), order_digits(d0, step, config), center, angle, size, config.canvas)
+    video = np.asarray(jnp.clip(jnp.round(frames * 255.0), 0, 255).astype(jnp.uint8))
+    return {"video": video, "order": np.asarray(order, np.int32), "digit": np.asarray(d0, np.int32),
+            "sprite_table": table, "center0": np.asarray(center), "angle0": np.asarray(angle),
+            "size0": np.asarray(size)}
+
+
 def make_datasets(config: VideoConfig) -> dict[str, dict[str, np.ndarray]]:
-    """Train and test sets of moving digits (independent keys from `config.seed`)."""
+    """Train and test sets of `config.task` videos (independent keys from `config.seed`)."""
     key = jax.random.key(config.seed)
-    return {"train": generate(config, config.n_train, jax.random.fold_in(key, 0)),
-            "test": generate(config, config.n_test, jax.random.fold_in(key, 1))}
+    gen = generate if config.task == "motion" else generate_order
+    return {"train": gen(config, config.n_train, jax.random.fold_in(key, 0)),
+            "test": gen(config, config.n_test, jax.random.fold_in(key, 1))}
 
 
 # ---------------------------------------------------------------- clip sampling (host side)
@@ -235,9 +288,12 @@ def to_float(frames: jax.Array) -> jax.Array:
     return x[..., None] if x.ndim == 4 else x  # (B, T, H, W) -> (B, T, H, W, 1)
 
 
-def augment_clip(key: jax.Array, frames: jax.Array, config: AugmentConfig) -> jax.Array:
-    """One view of one clip: frames (T, H, W, C) float -> (T, out, out, C)."""
+def augment_clip(key: jax.Array, frames: jax.Array, config: AugmentConfig,
+                 noise_key: jax.Array | None = None) -> jax.Array:
+    """One view of one clip: frames (T, H, W, C) float -> (T, out, out, C). `noise_key` (default: from `key`)
+    draws the additive noise, so a clip can share a view's crop and brightness but not its noise."""
     k1, k2, k3 = jax.random.split(key, 3)
+    k3 = k3 if noise_key is None else noise_key
     scale, shift = crop_params(k1, config)
     x = resized_crop(frames, scale, shift, config.out_size)
     x = x * jax.random.uniform(k2, (), minval=1 - config.brightness, maxval=1 + config.brightness)
@@ -245,11 +301,12 @@ def augment_clip(key: jax.Array, frames: jax.Array, config: AugmentConfig) -> ja
 
 
 def make_views(key: jax.Array, clip_window: jax.Array, clip_len: int, jitter: int,
-               config: AugmentConfig) -> jax.Array:
+               config: AugmentConfig, noise_salt: int | None = None) -> jax.Array:
     """Two views of each clip: window (B, T + 2 jitter, H, W[, C]) -> (2, B, T, out, out, C).
 
     Each view starts at its own offset in [0, 2 jitter] (temporal jitter) and has its own crop, brightness
-    and noise."""
+    and noise. With `noise_salt`, the same `key` gives the same crops and brightness but independent noise
+    (the future clip of a view: same view, no shared-noise shortcut between a prediction and its target)."""
     x = to_float(clip_window)
     b = x.shape[0]
     keys = jax.random.split(key, 2 * b).reshape(2, b)
@@ -258,7 +315,7 @@ def make_views(key: jax.Array, clip_window: jax.Array, clip_len: int, jitter: in
         ko, ka = jax.random.split(k)
         off = jax.random.randint(ko, (), 0, 2 * jitter + 1)
         seg = jax.lax.dynamic_slice_in_dim(frames, off, clip_len, axis=0)
-        return augment_clip(ka, seg, config)
+        return augment_clip(ka, seg, config, None if noise_salt is None else jax.random.fold_in(ka, noise_salt))
 
     return jax.vmap(jax.vmap(view, in_axes=(0, 0)), in_axes=(0, None))(keys, x)
 
@@ -397,16 +454,26 @@ def load_frames(paths: Sequence[pathlib.Path], size: int) -> np.ndarray:
 
 class FrameFolderSampler:
     """Batches like `ClipSampler` from frame folders: a clip window (T + 2 jitter frames at `stride`) and
-    a future clip starting at least `future_gap` strided frames later; "motion" holds the action label."""
+    a future clip starting at least `future_gap` strided frames later; "motion" holds the action label.
+
+    Parallel input pipeline: the batch's videos are read by a pool of `workers` threads (JPEG decoding in PIL
+    releases the GIL) and the next `prefetch` batches are read while the current one trains. Every batch is a
+    function of (seed, step) only, so the batches, `state()` and `restore()` do not depend on `workers` or
+    `prefetch` (tested)."""
 
     def __init__(self, entries: Sequence[VideoEntry], config: VideoConfig, batch_size: int, *, stride: int = 2,
-                 size: int = 128, seed: int = 0):
+                 size: int = 128, seed: int = 0, workers: int = 8, prefetch: int = 2):
         if not entries:
             raise BadInputError("entries: expected at least one video")
         if batch_size > len(entries):
             raise BadInputError(f"batch_size={batch_size}: expected at most the {len(entries)} videos")
+        if workers < 0 or prefetch < 0:
+            raise BadInputError(f"workers={workers}, prefetch={prefetch}: expected integers >= 0")
         self.entries, self.config, self.batch_size = list(entries), config, batch_size
         self.stride, self.size, self.seed, self.step = stride, size, seed, 0
+        self.workers, self.prefetch = workers, prefetch
+        self._readers = self._batches = None  # thread pools: frame reading, whole batches read ahead
+        self._pending: dict[int, object] = {}  # step -> Future of that batch
 
     def __iter__(self):
         return self
@@ -421,20 +488,42 @@ class FrameFolderSampler:
         f0 = s + self.stride * (c.jitter + c.future_gap)
         f0 = int(rng.integers(min(f0, n - 1), max(f0, n - c.clip_len * self.stride) + 1))
         fidx = np.minimum(f0 + self.stride * np.arange(c.clip_len), n - 1)
+        return idx, fidx
+
+    def _read(self, entry: VideoEntry, idx: np.ndarray, fidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (load_frames([entry.frames[i] for i in idx], self.size),
                 load_frames([entry.frames[i] for i in fidx], self.size))
 
-    def __next__(self) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, self.step])
-        self.step += 1
+    def _batch(self, step: int) -> dict[str, np.ndarray]:
+        """The batch of `step` (all random choices made here, in order, before any frame is read)."""
+        rng = np.random.default_rng([self.seed, step])
         rows = rng.choice(len(self.entries), self.batch_size, replace=False)
-        pairs = [self._window(self.entries[r], rng) for r in rows]
+        plan = [(self.entries[r], *self._window(self.entries[r], rng)) for r in rows]
+        if self.workers > 1:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(self.workers, thread_name_prefix="frames")
+            pairs = list(self._readers.map(lambda a: self._read(*a), plan))
+        else:
+            pairs = [self._read(*a) for a in plan]
         return {"clip": np.stack([p[0] for p in pairs]), "future": np.stack([p[1] for p in pairs]),
                 "motion": np.array([self.entries[r].label for r in rows], np.int32),
                 "digit": np.zeros(self.batch_size, np.int32)}
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        step = self.step
+        self.step += 1
+        if self.prefetch == 0:
+            return self._batch(step)
+        if self._batches is None:
+            self._batches = ThreadPoolExecutor(self.prefetch, thread_name_prefix="batches")
+        for s in range(step, step + self.prefetch + 1):  # this batch and the next `prefetch` ones in flight
+            if s not in self._pending:
+                self._pending[s] = self._batches.submit(self._batch, s)
+        return self._pending.pop(step).result()
 
     def state(self) -> dict[str, int]:
         return {"step": self.step, "seed": self.seed}
 
     def restore(self, state) -> None:
         self.step = int(state["step"])
+        self._pending.clear()  # batches read ahead for the old position are dropped

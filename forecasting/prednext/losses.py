@@ -1,4 +1,4 @@
-"""Self-supervised objectives (SimCLR, SimSiam, BYOL, BarlowTwins), PredNext's step and clip prediction,
+"""Self-supervised objectives (SimCLR, MoCo v2, SimSiam, BYOL, BarlowTwins), PredNext's step and clip prediction,
 the forced-consistency baseline, and the evaluation metrics (temporal consistency, collapse monitor).
 
 Shapes: clip features (B, D); per-step features time-major (T, B, D).
@@ -35,6 +35,25 @@ def simclr_loss(z1: jax.Array, z2: jax.Array, temperature: float) -> jax.Array:
     positive = jnp.concatenate([jnp.arange(b, 2 * b), jnp.arange(b)])
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(logp[jnp.arange(2 * b), positive])
+
+
+def moco_loss(q: jax.Array, k: jax.Array, queue: jax.Array, temperature: float) -> jax.Array:
+    """MoCo v2's InfoNCE: queries q (B, D) against their keys k (B, D) (positives, from the momentum encoder,
+    stop-gradient) and the queue (K, D) of past keys (negatives); logits [q.k, q.queue] / temperature on
+    l2-normalised vectors, cross-entropy with the positive at index 0."""
+    q, k, queue = normalize(q), sg(normalize(k)), sg(normalize(queue))
+    logits = jnp.concatenate([jnp.sum(q * k, -1, keepdims=True), q @ queue.T], axis=1) / temperature
+    return -jnp.mean(jax.nn.log_softmax(logits, axis=-1)[:, 0])
+
+
+def enqueue(queue: jax.Array, ptr: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Ring buffer of MoCo: write l2-normalised keys (n, D) into queue (K, D) at ptr, ptr + 1, ... (mod K),
+    replacing the oldest; returns (queue, (ptr + n) mod K). Needs n <= K."""
+    k, n = queue.shape[0], keys.shape[0]
+    if n > k:
+        raise ValueError(f"{n} keys into a queue of {k}: expected at most the queue length")
+    idx = (ptr + jnp.arange(n)) % k
+    return queue.at[idx].set(sg(normalize(keys))), (ptr + n) % k
 
 
 def simsiam_loss(p1: jax.Array, p2: jax.Array, z1: jax.Array, z2: jax.Array) -> jax.Array:

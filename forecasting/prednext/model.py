@@ -16,18 +16,24 @@ from .spiking import SEWBlock, SpikingConv, merge_time, split_time
 
 
 class MLP(nnx.Module):
-    """Linear -> BN -> ReLU -> Linear (the heads of the notes: 2 layers with BatchNorm) on (..., d_in)."""
+    """Linear -> BN -> ReLU -> Linear (the heads of the notes: 2 layers with BatchNorm) on (..., d_in); with
+    `out_bn`, a BN without scale and shift on the output too (SimSiam's projector: BN on its output fc)."""
 
-    def __init__(self, d_in: int, hidden: int, d_out: int, *, rngs: nnx.Rngs):
+    def __init__(self, d_in: int, hidden: int, d_out: int, *, rngs: nnx.Rngs, out_bn: bool = False):
         self.fc1 = nnx.Linear(d_in, hidden, use_bias=False, rngs=rngs)
         self.bn = nnx.BatchNorm(hidden, momentum=0.9, rngs=rngs)
-        self.fc2 = nnx.Linear(hidden, d_out, rngs=rngs)
+        self.fc2 = nnx.Linear(hidden, d_out, use_bias=not out_bn, rngs=rngs)
+        self.out_bn = (nnx.BatchNorm(d_out, momentum=0.9, use_scale=False, use_bias=False, rngs=rngs)
+                       if out_bn else None)
 
     def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
         shape = x.shape
         h = self.fc1(x.reshape(-1, shape[-1]))
         h = jax.nn.relu(self.bn(h, use_running_average=not train))
-        return self.fc2(h).reshape(*shape[:-1], -1)
+        out = self.fc2(h)
+        if self.out_bn is not None:
+            out = self.out_bn(out, use_running_average=not train)
+        return out.reshape(*shape[:-1], -1)
 
 
 class SpikingCNN(nnx.Module):
@@ -83,7 +89,7 @@ class PredNextModel(nnx.Module):
         self.config = config
         self.backbone = SpikingCNN(config, rngs=rngs) if config.arch == "cnn" else SEWResNet18(config, rngs=rngs)
         c, d, h = self.backbone.out_features, config.proj_dim, config.head_hidden
-        self.projector = MLP(c, config.proj_hidden, d, rngs=rngs)
+        self.projector = MLP(c, config.proj_hidden, d, rngs=rngs, out_bn=config.proj_out_bn)
         self.predictor = MLP(d, h, d, rngs=rngs)
         self.step_head = MLP(d, h, d, rngs=rngs)
         self.clip_head = MLP(d, h, d, rngs=rngs)
@@ -95,3 +101,12 @@ class PredNextModel(nnx.Module):
         spikes = self.backbone(jnp.swapaxes(clips, 0, 1), train=train)
         f = spikes.mean(axis=(2, 3))
         return f, self.projector(f, train=train)
+
+    def encode_views(self, views: jax.Array, *, train: bool) -> tuple[jax.Array, jax.Array]:
+        """views (2, B, T, H, W, C) -> f (T, 2B, C), z (T, 2B, D), view 1 in the first B columns. With
+        `per_view_bn` each view is its own forward pass (BN statistics per view, as SimSiam's recipe); else
+        both views go through as one batch of 2B."""
+        if self.config.per_view_bn:
+            (f1, z1), (f2, z2) = (self.encode(v, train=train) for v in views)
+            return jnp.concatenate([f1, f2], 1), jnp.concatenate([z1, z2], 1)
+        return self.encode(views.reshape(-1, *views.shape[2:]), train=train)

@@ -28,14 +28,15 @@ from core.train import fit, write_metrics
 
 from . import losses as L
 from .configs import VARIANTS, Config
-from .data import ClipSampler, make_datasets, make_views, to_float
+from .data import TASK_LABELS, ClipSampler, make_datasets, make_views, to_float
 from .model import PredNextModel
 
 SWITCHES = ("w_pred", "w_forced", "step", "clip", "cross")
 
 
 class SSLState(NamedTuple):
-    """Parameters, BN running statistics, optimiser state, step, key; `target` = (params, stats) EMA for BYOL."""
+    """Parameters, BN running statistics, optimiser state, step, key; `target` = (params, stats) EMA for BYOL
+    and MoCo (the momentum encoder); `queue` = (keys (K, D), write position) for MoCo."""
 
     params: Any
     stats: Any
@@ -43,6 +44,7 @@ class SSLState(NamedTuple):
     step: jax.Array
     key: jax.Array
     target: Any = None
+    queue: Any = None
 
 
 def make_model(config: Config):
@@ -66,39 +68,52 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
 
 def init_state(config: Config, init, tx, key: jax.Array) -> SSLState:
     params, stats = init(jax.random.fold_in(key, 0))
-    target = (params, stats) if config.loss.base == "byol" else None
-    return SSLState(params, stats, tx.init(params), jnp.zeros((), jnp.int32), jax.random.fold_in(key, 1), target)
+    target = (params, stats) if config.loss.base in ("byol", "moco") else None
+    queue = None
+    if config.loss.base == "moco":  # MoCo starts from random unit keys
+        keys = jax.random.normal(jax.random.fold_in(key, 2), (config.loss.moco_queue, config.model.proj_dim))
+        queue = (L.normalize(keys), jnp.zeros((), jnp.int32))
+    return SSLState(params, stats, tx.init(params), jnp.zeros((), jnp.int32), jax.random.fold_in(key, 1), target,
+                    queue)
 
 
 def make_loss_fn(config: Config, graphdef):
-    """loss_fn(params, stats, target, batch, key, switches) -> (loss, (metrics, new_stats)).
+    """loss_fn(params, stats, target, queue, batch, key, switches) -> (loss, (metrics, new_stats, keys)).
 
     batch: "clip" (B, T + 2 jitter, H, W[, C]) and "future" (B, T, H, W[, C]) raw frames; views are made here.
-    switches (5,): w_pred, w_forced, step, clip, cross (see configs.VARIANTS).
+    switches (5,): w_pred, w_forced, step, clip, cross (see configs.VARIANTS). keys: MoCo's new keys (2B, D)
+    for the queue (None for the other bases).
     """
     lc, dc, ac = config.loss, config.data, config.augment
 
-    def loss_fn(params, stats, target, batch, key, switches):
+    def loss_fn(params, stats, target, queue, batch, key, switches):
         w_pred, w_forced, w_step, w_clip, cross = (switches[i] for i in range(5))
         views = make_views(key, batch["clip"], dc.clip_len, dc.jitter, ac)  # (2, B, T, h, w, c)
-        # the future clip gets the same per-view augmentation (same keys): "same view" is well defined
-        fviews = make_views(key, batch["future"], dc.clip_len, 0, ac)
+        # the future clip gets its view's crop and brightness (same keys: "same view" is well defined) but its
+        # own noise, so a same-view target shares no noise pixels with the prediction's input
+        fviews = make_views(key, batch["future"], dc.clip_len, 0, ac, noise_salt=1)
         b = views.shape[1]
         model = nnx.merge(graphdef, params, stats, copy=True)
-        f, z = model.encode(views.reshape(2 * b, *views.shape[2:]), train=True)  # (T, 2B, C), (T, 2B, D)
+        f, z = model.encode_views(views, train=True)  # (T, 2B, C), (T, 2B, D)
         zc = z.mean(0)
         z1, z2 = zc[:b], zc[b:]
+        keys = None
         # base objective on the clip features
         if lc.base == "simclr":
             ssl = L.simclr_loss(z1, z2, lc.temperature)
         elif lc.base == "barlowtwins":
             ssl = L.barlow_twins_loss(z1, z2, lc.barlow_lambda)
+        elif lc.base == "moco":  # symmetrised: each view queries the other view's key
+            tmodel = nnx.merge(graphdef, *jax.lax.stop_gradient(target), copy=True)
+            tzc = jax.lax.stop_gradient(tmodel.encode_views(views, train=True)[1].mean(0))
+            ssl = 0.5 * (L.moco_loss(z1, tzc[b:], queue[0], lc.temperature)
+                         + L.moco_loss(z2, tzc[:b], queue[0], lc.temperature))
+            keys = tzc
         else:
             p = model.predictor(zc, train=True)
             if lc.base == "byol":
                 tmodel = nnx.merge(graphdef, *jax.lax.stop_gradient(target), copy=True)
-                _, tz = tmodel.encode(views.reshape(2 * b, *views.shape[2:]), train=True)
-                tzc = jax.lax.stop_gradient(tz.mean(0))
+                tzc = jax.lax.stop_gradient(tmodel.encode_views(views, train=True)[1].mean(0))
                 ssl = L.simsiam_loss(p[:b], p[b:], tzc[:b], tzc[b:])
             else:
                 ssl = L.simsiam_loss(p[:b], p[b:], z1, z2)
@@ -109,7 +124,7 @@ def make_loss_fn(config: Config, graphdef):
         step = L.step_prediction_loss(pt, step_target, lc.step_offset)  # mean of both directions
         def future_features(_):
             fmodel = nnx.merge(graphdef, jax.lax.stop_gradient(params), jax.lax.stop_gradient(stats), copy=True)
-            _, fz = fmodel.encode(fviews.reshape(2 * b, *fviews.shape[2:]), train=True)
+            _, fz = fmodel.encode_views(fviews, train=True)
             return jax.lax.stop_gradient(fz.mean(0))
 
         # the future clips are encoded only when the clip prediction is on (a runtime branch, one program)
@@ -124,7 +139,7 @@ def make_loss_fn(config: Config, graphdef):
         _, _, new_stats = nnx.split(model, nnx.Param, nnx.BatchStat)
         metrics = {"loss": total, "ssl": ssl, "pred": pred, "step_pred": step, "clip_pred": clip,
                    "forced": forced, "z_std": L.feature_std(z1), "spike_rate": jnp.mean(f)}
-        return total, (metrics, new_stats)
+        return total, (metrics, new_stats, keys)
 
     return loss_fn
 
@@ -132,18 +147,21 @@ def make_loss_fn(config: Config, graphdef):
 def make_train_step(config: Config, graphdef, tx):
     """step(state, batch, switches) -> (state, metrics); pure: for jit, vmap and sharded batches."""
     grad_fn = jax.value_and_grad(make_loss_fn(config, graphdef), has_aux=True)
-    momentum = config.loss.byol_momentum
+    momentum = config.loss.moco_momentum if config.loss.base == "moco" else config.loss.byol_momentum
 
     def step(state: SSLState, batch: dict, switches: jax.Array):
         key = jax.random.fold_in(state.key, state.step)
-        (_, (metrics, stats)), grads = grad_fn(state.params, state.stats, state.target, batch, key, switches)
+        (_, (metrics, stats, keys)), grads = grad_fn(state.params, state.stats, state.target, state.queue, batch,
+                                                     key, switches)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        target = state.target
-        if target is not None:
+        target, queue = state.target, state.queue
+        if target is not None:  # EMA of the parameters; the BN running statistics are the online network's
             target = (optax.incremental_update(params, target[0], 1.0 - momentum), stats)
+        if queue is not None:
+            queue = L.enqueue(*queue, keys)
         metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
-        return SSLState(params, stats, opt_state, state.step + 1, state.key, target), metrics
+        return SSLState(params, stats, opt_state, state.step + 1, state.key, target, queue), metrics
 
     return step
 
@@ -154,11 +172,12 @@ def compiler_options(config: Config) -> dict:
 
 def _shape_key(config: Config) -> Config:
     """Fields that change the compiled programs (not the seed, the number of runs or the variants)."""
-    return dataclasses.replace(config, variants=("base",), train=dataclasses.replace(
-        config.train, seeds=1, seed=0, steps=max(config.train.steps, 2), log_every=1))
+    data = dataclasses.replace(config.data, task="motion", hold=2)
+    train = dataclasses.replace(config.train, seeds=1, seed=0, steps=max(config.train.steps, 2), log_every=1)
+    return dataclasses.replace(config, variants=("base",), data=data, train=train)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def programs(config: Config):
     """(graphdef, init_fn, tx, step, extract, calibrate), compiled once per model/loss shape and reused by
     every run: step(state, batch, switches) -> (state, metrics); extract(params, stats, clips) -> (f, z)
@@ -238,11 +257,81 @@ def extract_features(config: Config, extract, params, stats, videos: np.ndarray,
     return np.concatenate(fs), np.concatenate(zs)
 
 
-def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict) -> list[dict[str, float]]:
-    """Per run: linear-probe accuracy (motion, digit) on the time- and clip-averaged backbone features,
-    temporal inconsistency E_consistency (per-step z and f), per-step vs clip-mean inconsistency,
-    the cosine between the first and last (disjoint) clips of a video, and the collapse monitor."""
+def retrieval_recall(train_x: jax.Array, train_y: jax.Array, test_x: jax.Array, test_y: jax.Array,
+                     ks: tuple[int, ...]) -> dict[int, float]:
+    """Nearest-neighbour retrieval R@k: the fraction of test clips (queries) whose k most cosine-similar train
+    clips (features centred with the train mean) include one of the query's class. train_x (N, D), test_x (M, D)."""
+    mu = train_x.mean(0)
+    sim = L.normalize(test_x - mu) @ L.normalize(train_x - mu).T  # (M, N)
+    order = jnp.argsort(-sim, axis=1)
+    hit = train_y[order[:, : max(ks)]] == test_y[:, None]  # (M, k_max)
+    return {k: float(jnp.mean(jnp.any(hit[:, :k], axis=1))) for k in ks}
+
+
+@functools.lru_cache(maxsize=8)
+def finetune_programs(config: Config, num_classes: int):
+    """(init(params) -> state, step(state, clip, y, key) -> (state, loss)) of supervised fine-tuning: the
+    pretrained backbone and a linear head on its time-averaged spike rates, trained end to end with
+    cross-entropy on one augmented view per clip (AdamW, cosine decay from `train.finetune_lr`)."""
+    graphdef, _ = make_model(config)
+    t, dc, ac = config.train, config.data, config.augment
+    tx = optax.adamw(optax.cosine_decay_schedule(t.finetune_lr, max(t.finetune_steps, 1)),
+                     weight_decay=t.weight_decay)
+    width = config.model.channels[-1]
+
+    def init(params, stats):
+        head = (jnp.zeros((width, num_classes)), jnp.zeros(num_classes))
+        return (params, head), stats, tx.init((params, head))
+
+    def loss_fn(trainable, stats, clip, y, key):
+        params, head = trainable
+        view = make_views(key, clip, dc.clip_len, dc.jitter, ac)[0]  # (B, T, h, w, c)
+        model = nnx.merge(graphdef, params, stats, copy=True)
+        feat = model.backbone(jnp.swapaxes(view, 0, 1), train=True).mean(axis=(0, 2, 3))  # (B, C)
+        logits = feat @ head[0] + head[1]
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return loss, nnx.split(model, nnx.Param, nnx.BatchStat)[2]
+
+    def step(state, clip, y, key):
+        trainable, stats, opt_state = state
+        (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, stats, clip, y, key)
+        updates, opt_state = tx.update(grads, opt_state, trainable)
+        return (optax.apply_updates(trainable, updates), stats, opt_state), loss
+
+    options = compiler_options(config)
+    return jax.jit(init), jax.jit(step, donate_argnums=0, compiler_options=options)
+
+
+def finetune(config: Config, extract, state: SSLState, data: dict, label: str, *, seed: int = 0) -> float:
+    """Test accuracy on `label` after `train.finetune_steps` steps of supervised fine-tuning of the backbone
+    (batches from the train videos, sampler seed `seed`); evaluated on the eval clips (features averaged)."""
+    ytr, yte = data["train"][label], data["test"][label]
+    classes = int(max(ytr.max(), yte.max())) + 1
+    init, step = finetune_programs(_shape_key(config), classes)
+    ft = init(state.params, state.stats)
+    sampler = ClipSampler(data["train"]["video"], {label: ytr}, config.data, config.train.batch_size,
+                          seed=10_000 + seed)
+    key = jax.random.key(10_000 + seed)
+    for i in range(config.train.finetune_steps):
+        batch = next(sampler)
+        ft, _ = step(ft, batch["clip"], jnp.asarray(batch[label]), jax.random.fold_in(key, i))
+    (params, head), stats, _ = ft
+    f, _ = extract_features(config, extract, params, stats, data["test"]["video"])
+    n = config.train.eval_clips
+    logits = jnp.asarray(f[:, :n].mean(axis=(1, 2))) @ head[0] + head[1]
+    return float(jnp.mean(jnp.argmax(logits, -1) == jnp.asarray(yte)))
+
+
+def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict, *,
+                  seeds: list[int] | None = None) -> list[dict[str, float]]:
+    """Per run: linear-probe accuracy for each label of the task (`probe_<label>`; `probe_task` is the task
+    label's) on the time- and clip-averaged backbone features, retrieval R@k and (with `train.finetune_steps`)
+    fine-tuning accuracy on the task label, temporal inconsistency E_consistency (per-step z and f), per-step vs
+    clip-mean inconsistency, the cosine between the first and last (disjoint) clips of a video, and the collapse
+    monitor. `seeds` (one per state) seed the fine-tuning batches (paired runs share them)."""
     n_eval = config.train.eval_clips
+    labels = TASK_LABELS[config.data.task]
+    seeds = list(range(len(states))) if seeds is None else seeds
     out, tr_feats, te_feats = [], [], []
     for state in states:
         ftr, _ = extract_features(config, extract, state.params, state.stats, data["train"]["video"])
@@ -266,12 +355,19 @@ def evaluate_runs(config: Config, extract, states: list[SSLState], data: dict) -
                                                lr=config.train.probe_lr), in_axes=(0, None, 0, None, None)),
                     static_argnums=4)
     tr, te = jnp.asarray(np.stack(tr_feats)), jnp.asarray(np.stack(te_feats))
-    for label in ("motion", "digit"):
+    for label in labels:
         ytr, yte = jnp.asarray(data["train"][label]), jnp.asarray(data["test"][label])
         classes = int(max(ytr.max(), yte.max())) + 1
         acc = np.asarray(probe(tr, ytr, te, yte, classes))
         for i, o in enumerate(out):
             o[f"probe_{label}"] = float(acc[i])
+    ytr, yte = jnp.asarray(data["train"][labels[0]]), jnp.asarray(data["test"][labels[0]])
+    for i, o in enumerate(out):
+        o["probe_task"] = o[f"probe_{labels[0]}"]
+        for k, r in retrieval_recall(tr[i], ytr, te[i], yte, config.train.retrieval_k).items():
+            o[f"retrieval_r{k}"] = r
+        if config.train.finetune_steps > 0:
+            o["finetune_task"] = finetune(config, extract, states[i], data, labels[0], seed=seeds[i])
     return out
 
 
@@ -304,7 +400,7 @@ def train_run(config: Config, variant: str, seed: int, data: dict, *, workdir: s
     comparison). Returns the final state, the logged metrics (window means) and this process's step times."""
     _, init, tx, step, _, _ = programs(_shape_key(config))
     switches = jnp.asarray([VARIANTS[variant][k] for k in SWITCHES], jnp.float32)
-    labels = {k: data["train"][k] for k in ("motion", "digit")}
+    labels = {k: data["train"][k] for k in TASK_LABELS[config.data.task]}
     sampler = ClipSampler(data["train"]["video"], labels, config.data, config.train.batch_size,
                           seed=config.train.seed + seed)
     step_times: list[float] = []
@@ -344,7 +440,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
         times.extend(step_times[1:] or step_times)  # without the first (compiling) step
     train_seconds = time.time() - t0
     t1 = time.time()
-    evals = evaluate_runs(config, extract, states, data)
+    evals = evaluate_runs(config, extract, states, data, seeds=[config.train.seed + s for _, s in runs])
     per_run = [{"base": config.loss.base, "variant": v, "seed": s, **e} for (v, s), e in zip(runs, evals)]
     history = [{"step": h[0]["step"], **{k: [hh[k] for hh in h] for k in h[0] if k != "step"}}
                for h in zip(*histories)]
@@ -378,7 +474,9 @@ def write_plots(result: dict, config: Config, workdir: pathlib.Path) -> list[str
         paths.append(line_plot(workdir / f"train_{key}.png", curves, title=f"{config.loss.base}: {title}",
                                xlabel="step", ylabel=key))
     stats = result["variants"]
-    for metric in ("probe_motion", "probe_digit", "inconsistency_z"):
+    task = TASK_LABELS[config.data.task][0]
+    for metric in (f"probe_{task}", "probe_digit", "inconsistency_z", "retrieval_r1") + (
+            ("finetune_task",) if "finetune_task" in result["runs"][0] else ()):
         paths.append(bar_plot(workdir / f"{metric}.png", {v: stats[v][metric]["mean"] for v in config.variants},
                               {v: stats[v][metric]["std"] for v in config.variants},
                               title=f"{config.loss.base}: {metric} (mean ± std over seeds)", ylabel=metric))

@@ -1,6 +1,7 @@
 """Moving digits: labels against measured displacement fields; clip sampling; label-keeping augmentations;
 the UCF101 / HMDB51 frame-folder loader on a tiny fake folder."""
 
+import dataclasses
 import math
 
 import jax
@@ -14,6 +15,7 @@ from core.config import ConfigError
 from forecasting.prednext.data import (
     MOTION_NAMES,
     MOTIONS,
+    ORDER_STEPS,
     AugmentConfig,
     ClipSampler,
     FrameFolderSampler,
@@ -21,7 +23,10 @@ from forecasting.prednext.data import (
     crop_params,
     frame_folder_entries,
     generate,
+    generate_order,
     make_views,
+    order_digits,
+    render_order,
     resized_crop,
 )
 
@@ -235,3 +240,63 @@ def test_bad_inputs_raise(tmp_path, videos):
         frame_folder_entries(tmp_path, tmp_path, dataset="kinetics")
     with pytest.raises(ValueError, match="classInd"):
         frame_folder_entries(tmp_path, tmp_path, dataset="ucf101")
+
+
+def test_order_task_labels_need_the_frame_order():
+    cfg = VideoConfig(canvas=16, length=12, min_size=6, max_size=8, clip_len=4, future_gap=4, jitter=1,
+                      task="order", hold=2)
+    v = generate_order(cfg, 12, jax.random.key(3))
+    step = np.asarray(ORDER_STEPS)[v["order"]]
+    # frame t shows digit d0 + step * (t // hold) mod 10: its frames match a render of that digit sequence
+    seq = np.asarray(order_digits(jnp.asarray(v["digit"]), jnp.asarray(step), cfg))
+    assert seq.shape == (12, 12) and np.all(seq[:, 0] == v["digit"]) and np.all(seq[:, 2] == (v["digit"] + step) % 10)
+    assert np.all(v["video"][:, 0] == v["video"][:, 1]) and not np.all(v["video"][:, 1] == v["video"][:, 2])
+    # reversed in time, a video of step s is exactly the video of step -s that starts at its last digit:
+    # the same frames in the opposite order, so any frame-order-blind feature cannot tell classes 2i, 2i + 1 apart
+    last = jnp.asarray(seq[:, -1])
+    rev = render_order(jnp.asarray(v["sprite_table"]), order_digits(last, -jnp.asarray(step), cfg),
+                       jnp.asarray(v["center0"]), jnp.asarray(v["angle0"]), jnp.asarray(v["size0"]), cfg.canvas)
+    rev = np.asarray(jnp.clip(jnp.round(rev * 255.0), 0, 255).astype(jnp.uint8))
+    np.testing.assert_array_equal(rev, v["video"][:, ::-1])
+    # a frame shuffle keeps the frame multiset, which is the same for s and -s
+    perm = np.random.default_rng(0).permutation(12)
+    shuffled = v["video"][:, perm]
+    assert all(sorted(map(bytes, shuffled[i])) == sorted(map(bytes, rev[i])) for i in range(12))
+    # ... while in order the clips of s and -s differ (the label is in the order)
+    assert not np.array_equal(rev[:, :4], v["video"][:, :4])
+
+
+def test_future_views_share_the_crop_but_not_the_noise():
+    aug = AugmentConfig(out_size=16, noise=0.1, brightness=0.0)
+    clean = dataclasses.replace(aug, noise=0.0)
+    clip = jnp.full((2, 4, 16, 16), 128, jnp.uint8)
+
+    @jax.jit
+    def four(key):
+        return (make_views(key, clip, 4, 0, aug), make_views(key, clip, 4, 0, aug, noise_salt=1),
+                make_views(key, clip, 4, 0, clean), make_views(key, clip, 4, 0, clean, noise_salt=1))
+
+    a, b, a0, b0 = (np.asarray(x) for x in four(jax.random.key(0)))
+    np.testing.assert_array_equal(a0, b0)  # same crop and brightness
+    assert np.abs(a - a0).max() > 0.05 and np.abs(b - b0).max() > 0.05
+    assert abs(np.corrcoef((a - a0).ravel(), (b - b0).ravel())[0, 1]) < 0.05  # independent noise
+
+
+def test_parallel_frame_reader_gives_the_serial_batches_and_resumes(tmp_path):
+    frames, splits = write_fake_ucf(tmp_path)
+    train = frame_folder_entries(frames, splits, dataset="ucf101", subset="train")
+    cfg = VideoConfig(clip_len=4, future_gap=4, jitter=1, length=12)
+    serial = FrameFolderSampler(train, cfg, 3, stride=2, size=16, seed=1, workers=0, prefetch=0)
+    parallel = FrameFolderSampler(train, cfg, 3, stride=2, size=16, seed=1, workers=4, prefetch=2)
+    want = [next(serial) for _ in range(4)]
+    got = [next(parallel) for _ in range(2)]
+    state = parallel.state()
+    assert state["step"] == 2
+    resumed = FrameFolderSampler(train, cfg, 3, stride=2, size=16, seed=1, workers=3, prefetch=1)
+    resumed.restore(state)
+    got += [next(resumed) for _ in range(2)]
+    for w, g in zip(want, got):
+        for k in ("clip", "future", "motion"):
+            np.testing.assert_array_equal(w[k], g[k])
+    with pytest.raises(ValueError, match="workers=-1"):
+        FrameFolderSampler(train, cfg, 3, workers=-1)

@@ -110,3 +110,48 @@ def test_linear_probe_agrees_with_sklearn_on_separable_and_noisy_data():
     acc_r = float(linear_probe(jnp.asarray(x[:300]), jnp.asarray(yr[:300]), jnp.asarray(x[300:]),
                                jnp.asarray(yr[300:]), 4, steps=300))
     assert acc_r < 0.45
+
+
+def test_moco_infonce_matches_a_numpy_reference_on_a_hand_case():
+    # 2 queries, their keys and a queue of 3 negatives, in 2-d: logits written out by hand
+    q = np.array([[1.0, 0.0], [0.0, 2.0]])
+    k = np.array([[3.0, 0.0], [1.0, 1.0]])
+    queue = np.array([[0.0, 1.0], [-1.0, 0.0], [0.6, 0.8]])
+    tau = 0.5
+    total = 0.0
+    for qi, ki in zip(q, k):
+        qn, kn = qi / np.linalg.norm(qi), ki / np.linalg.norm(ki)
+        logits = np.concatenate([[qn @ kn], queue @ qn]) / tau
+        total += -(logits[0] - np.log(np.exp(logits).sum()))
+    got = L.moco_loss(jnp.asarray(q), jnp.asarray(k), jnp.asarray(queue), tau)
+    np.testing.assert_allclose(float(got), total / 2, rtol=1e-6)
+    # the first query's hand logits: cos(q1, k1) = 1, queue: 0, -1, 0.6
+    np.testing.assert_allclose(np.concatenate([[1.0], queue @ q[0]]) / tau, [2.0, 0.0, -2.0, 1.2])
+    # keys and queue are stop-gradient
+    gk = jax.grad(lambda kk: L.moco_loss(jnp.asarray(q), kk, jnp.asarray(queue), tau))(jnp.asarray(k))
+    assert float(jnp.abs(gk).sum()) == 0.0
+
+
+def test_enqueue_is_a_ring_buffer_of_unit_keys():
+    queue = jnp.zeros((5, 2))
+    keys = jnp.asarray([[3.0, 4.0], [0.0, 2.0], [1.0, 0.0]])
+    q, ptr = L.enqueue(queue, jnp.asarray(0), keys)
+    np.testing.assert_allclose(np.asarray(q[:3]), [[0.6, 0.8], [0.0, 1.0], [1.0, 0.0]], rtol=1e-6)
+    assert int(ptr) == 3 and not np.asarray(q[3:]).any()
+    q, ptr = L.enqueue(q, ptr, 2 * keys)  # wraps: rows 3, 4, 0; rows 1, 2 keep the first keys
+    assert int(ptr) == 1
+    np.testing.assert_allclose(np.asarray(q), [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.6, 0.8], [0.0, 1.0]],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="6 keys into a queue of 5"):
+        L.enqueue(queue, jnp.asarray(0), jnp.ones((6, 2)))
+
+
+def test_retrieval_recall_on_a_hand_case():
+    from forecasting.prednext.train import retrieval_recall
+
+    train_x = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  # mean 0: centring is a no-op
+    train_y = jnp.asarray([0, 1, 2, 3])
+    test_x = jnp.asarray([[1.0, 0.1], [0.1, 1.0], [-1.0, -0.5]])
+    # nearest train items: q0 -> 0, 1; q1 -> 1, 0; q2 -> 2, 3
+    r = retrieval_recall(train_x, train_y, test_x, jnp.asarray([0, 0, 3]), (1, 2))
+    assert r[1] == pytest.approx(1 / 3) and r[2] == pytest.approx(1.0)

@@ -80,11 +80,43 @@ def test_byol_keeps_an_ema_target():
     assert_trees_close(jax.device_get(new.target[0]), expected, atol=1e-6, rtol=1e-5)
 
 
+def test_moco_step_updates_the_momentum_encoder_and_the_queue():
+    cfg = dataclasses.replace(CFG, loss=dataclasses.replace(CFG.loss, base="moco", moco_momentum=0.9, moco_queue=40))
+    _, init_fn, _, step, _, _ = train.programs(train._shape_key(cfg))
+    rng = np.random.default_rng(1)
+    c = cfg.data
+    batch = {"clip": rng.integers(0, 255, (8, c.clip_len + 2, c.canvas, c.canvas), dtype=np.uint8),
+             "future": rng.integers(0, 255, (8, c.clip_len, c.canvas, c.canvas), dtype=np.uint8)}
+    state = init_fn(jax.random.key(0))
+    target0 = jax.tree.map(np.asarray, state.target[0])
+    queue0 = np.asarray(state.queue[0])
+    assert queue0.shape == (40, cfg.model.proj_dim) and int(state.queue[1]) == 0
+    np.testing.assert_allclose(np.linalg.norm(queue0, axis=1), 1.0, rtol=1e-5)
+    for variant in ("base", "prednext"):
+        new, m = step(jax.tree.map(jnp.array, state), batch, switches(variant))
+        assert np.isfinite(float(m["ssl"])) and float(m["ssl"]) > 0
+        expected = jax.tree.map(lambda t, p: 0.9 * t + 0.1 * np.asarray(p), target0, new.params)
+        assert_trees_close(jax.device_get(new.target[0]), expected, atol=1e-6, rtol=1e-5)
+        q, ptr = np.asarray(new.queue[0]), int(new.queue[1])
+        assert ptr == 16  # both views' 8 keys enqueued
+        np.testing.assert_array_equal(q[16:], queue0[16:])
+        np.testing.assert_allclose(np.linalg.norm(q[:16], axis=1), 1.0, rtol=1e-5)
+        assert not np.allclose(q[:16], queue0[:16])
+    # the keys are the momentum encoder's clip features of the views, not the online network's: with momentum 0
+    # they would be the online ones; here the first step's target equals the initial weights, so the enqueued
+    # keys are a function of the initial weights only (the same for both variants)
+    new_b, _ = step(jax.tree.map(jnp.array, state), batch, switches("base"))
+    new_p, _ = step(jax.tree.map(jnp.array, state), batch, switches("prednext"))
+    np.testing.assert_allclose(np.asarray(new_b.queue[0]), np.asarray(new_p.queue[0]), atol=1e-6)
+    assert step._cache_size() == 1
+
+
 def test_run_tiny_writes_metrics_and_plots(tmp_path):
     metrics = EXPERIMENT.run(EXPERIMENT.config("tiny"), tmp_path)
     saved = json.loads((tmp_path / "metrics.json").read_text())
     for v in CFG.variants:
-        for k in ("probe_motion", "probe_digit", "inconsistency_z", "z_std"):
+        for k in ("probe_motion", "probe_digit", "inconsistency_z", "inconsistency_f", "z_std", "finetune_task",
+                  "retrieval_r1", "retrieval_r5"):
             assert np.isfinite(saved[f"{v}/{k}"]) and f"{v}/{k}" in metrics
         assert 0.0 <= saved[f"{v}/probe_motion"] <= 1.0
     assert {p.name for p in tmp_path.glob("*.png")} >= {"train_loss.png", "probe_motion.png"}
@@ -128,7 +160,9 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="loss.step_offset"):
         apply_overrides(CFG, ["loss.step_offset=4"])
     with pytest.raises(ConfigError, match="loss.base"):
-        apply_overrides(CFG, ["loss.base=moco"])
+        apply_overrides(CFG, ["loss.base=swav"])
+    with pytest.raises(ConfigError, match="loss.moco_queue"):
+        dataclasses.replace(CFG, loss=dataclasses.replace(CFG.loss, base="moco", moco_queue=8))
     with pytest.raises(ConfigError, match="data_root"):
         dataclasses.replace(CFG, source="ucf101")
     assert apply_overrides(CFG, ["loss.alpha=0.25"]).loss.alpha == 0.25
