@@ -34,17 +34,17 @@ class CVConfig:
     # training
     steps: int = 3000
     batch_size: int = 32
-    seq_len: int = 128
+    seq_len: int = 128  # tokens per packed training row
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.01
     log_every: int = 100
     # analysis (notes: 50 extraction prompts, 100 intervention prompts, 5 shots, 5 heads, w in {1, 5, 10})
-    shots: int = 5
+    shots: int = 5  # demonstrations per extraction and ambiguous-steering prompt
     num_prompts: int = 50  # per cell, for mean activations, CIE and RSA
     num_steer_prompts: int = 100  # zero-shot / ambiguous prompts per concept
-    top_k: int = 5
-    steer_weights: tuple[float, ...] = STEER_WEIGHTS
+    top_k: int = 5  # heads per vector: top CIE (FV), top concept-RSA (CV), or random
+    steer_weights: tuple[float, ...] = STEER_WEIGHTS  # steering strengths w swept at every layer
     sweep_batch: int = 8  # heads vmapped together in the CIE sweep
     seed: int = 0
 

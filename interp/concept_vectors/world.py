@@ -32,10 +32,10 @@ LANGUAGES = ("L1", "L2")
 class WorldConfig:
     """The generated suite. `held_out_concept` is held out in L2 (all formats); MC x L2 is held out too."""
 
-    num_entities: int = 64
-    num_categories: int = 8
-    held_out_concept: str = "successor"
-    max_shots: int = 5
+    num_entities: int = 64  # abstract entities; each has one token per language
+    num_categories: int = 8  # equal-size entity blocks; the category concept maps to a block's first entity
+    held_out_concept: str = "successor"  # concept never trained in L2 (both formats; MC x L2 is held out too)
+    max_shots: int = 5  # most in-context demonstrations per training prompt (k uniform in 0..max_shots)
     seed: int = 0  # the world (antonym pairing), fixed across model seeds
 
     def __post_init__(self):
