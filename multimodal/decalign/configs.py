@@ -31,28 +31,28 @@ class DataConfig:
     loader that reads real pickles reads it back, so the real-data path is the one that runs.
     """
 
-    source: Literal["synthetic", "pickle"] = "synthetic"
+    source: Literal["synthetic", "pickle"] = "synthetic"  # synthetic MOSI-like generator, or a user's MMSA pickle
     path: str = ""  # MMSA pickle (aligned_50.pkl, or unaligned_50.pkl / CH-SIMS unaligned_39.pkl) when source="pickle"
-    n_train: int = 3000
-    n_valid: int = 500
-    n_test: int = 1000
-    seq_len: int = 20  # MOSI: 50 (reduced for CPU)
-    dim_text: int = 64  # MOSI BERT features: 768 (reduced for CPU)
-    dim_audio: int = 5  # COVAREP, as MOSI
-    dim_vision: int = 20  # Facet, as MOSI
-    shared_dim: int = 4
-    unique_dim: int = 4
+    n_train: int = 3000  # synthetic training clips
+    n_valid: int = 500  # synthetic validation clips (early stopping and selection)
+    n_test: int = 1000  # synthetic test clips
+    seq_len: int = 20  # time steps per synthetic clip (MOSI: 50; reduced for CPU)
+    dim_text: int = 64  # synthetic text feature width (MOSI BERT features: 768; reduced for CPU)
+    dim_audio: int = 5  # synthetic audio feature width (COVAREP, as MOSI)
+    dim_vision: int = 20  # synthetic vision feature width (Facet, as MOSI)
+    shared_dim: int = 4  # dimension of the latent all three modalities share
+    unique_dim: int = 4  # dimension of each modality's own latent
     heterogeneity: float = 0.5  # 0 = modalities see the shared latent the same way, 1 = strongly warped
-    noise: float = 0.5
+    noise: float = 0.5  # sd of the Gaussian noise added to every feature
     round_fraction: float = 0.5  # fraction of labels rounded to integers, as MOSI's mostly-integer labels
     seed: int = 0
     # unaligned generator (the layout of MMSA's unaligned_*.pkl): audio and vision get their own padded lengths
     # and a per-clip length drawn uniformly in [max/2, max] (written as audio_lengths / vision_lengths)
-    unaligned: bool = False
+    unaligned: bool = False  # generate MMSA's unaligned layout (audio / vision with their own lengths)
     # "bert": the text input is MMSA's `text_bert` (token ids, mask, segments), encoded by model.text_encoder
     text_input: Literal["features", "bert"] = "features"
-    seq_len_audio: int = 0  # 0 = seq_len
-    seq_len_vision: int = 0  # 0 = seq_len
+    seq_len_audio: int = 0  # padded audio length of unaligned synthetic data (0 = seq_len)
+    seq_len_vision: int = 0  # padded vision length of unaligned synthetic data (0 = seq_len)
 
     def __post_init__(self):
         check(self.source in ("synthetic", "pickle"), "data.source", self.source, "'synthetic' or 'pickle'")
@@ -73,11 +73,11 @@ class DataConfig:
 class ModelConfig:
     """Projections (Conv1d k=1), unique/common encoders, per-modality cross-modal transformers, linear head."""
 
-    d_model: int = 64
-    num_heads: int = 8
-    num_layers: int = 5
-    ff_mult: int = 4
-    dropout: float = 0.1
+    d_model: int = 64  # feature width after the per-modality projections
+    num_heads: int = 8  # attention heads of the cross-modal transformers
+    num_layers: int = 5  # layers of each cross-modal transformer
+    ff_mult: int = 4  # feed-forward hidden width as a multiple of d_model
+    dropout: float = 0.1  # residual-branch dropout (and input dropout when input_dropout is None)
     num_outputs: int = 1  # 1 for regression (MOSI/MOSEI/SIMS), 6 for IEMOCAP classification
     proto_dim: int = 64  # width of the per-modality "distribution encoder" MLP for the homogeneity term
     # the official code's variants (taco-group/DecAlign, trains/subNets/transformer.py and its configs):
@@ -88,7 +88,7 @@ class ModelConfig:
     embed_dropout: float = 0.0  # dropout on the positional-encoded transformer inputs
     # a HuggingFace BERT folder (config.json + model.safetensors): encodes token ids (data.text_input="bert") and
     # is fine-tuned with the model
-    text_encoder: str = ""
+    text_encoder: str = ""  # HF BERT folder for data.text_input="bert", fine-tuned with the model ("" = none)
     def __post_init__(self):
         check(self.d_model >= 1, "model.d_model", self.d_model, "an integer >= 1")
         check(self.num_heads >= 1 and self.d_model % self.num_heads == 0, "model.num_heads", self.num_heads,
@@ -111,18 +111,18 @@ class ModelConfig:
 class LossConfig:
     """L = task + dec*L_dec + hetero*L_hetero + homo*L_homo + ct*SupCon (weights: the paper's MOSI config)."""
 
-    task: Literal["mse", "l1", "ce"] = "mse"
-    dec: float = 1.0
-    hetero: float = 0.05
-    homo: float = 0.07
-    ct: float = 0.003
-    temperature: float = 0.1
-    num_prototypes: int = 7
-    em_iters: int = 5
-    var_floor: float = 1e-4
-    ot_epsilon: float = 0.1
-    ot_iters: int = 50
-    mmd_bandwidth: float = 1.0
+    task: Literal["mse", "l1", "ce"] = "mse"  # task loss: mse / l1 regression, ce classification
+    dec: float = 1.0  # weight of the decoupling loss (cos^2 of unique vs common features)
+    hetero: float = 0.05  # weight alpha of the heterogeneity loss (GMM prototypes + multi-marginal OT)
+    homo: float = 0.07  # weight beta of the homogeneity loss (moment matching + MMD)
+    ct: float = 0.003  # weight of the supervised contrastive loss on the fused representation
+    temperature: float = 0.1  # temperature of the supervised contrastive loss
+    num_prototypes: int = 7  # Gaussian-mixture prototypes K per modality and batch
+    em_iters: int = 5  # unrolled EM steps fitting the prototypes
+    var_floor: float = 1e-4  # lower bound on the prototypes' diagonal variances
+    ot_epsilon: float = 0.1  # entropic regularisation eps of the multi-marginal Sinkhorn
+    ot_iters: int = 50  # multi-marginal Sinkhorn iterations
+    mmd_bandwidth: float = 1.0  # Gaussian-kernel bandwidth of the MMD: exp(-|a-b|^2 / (2 bandwidth))
     moment_pairs: Literal["sum", "mean"] = "sum"  # moment-matching MSE summed or averaged over the 3 modality pairs
 
     def __post_init__(self):
@@ -145,21 +145,21 @@ class TrainConfig:
     batch_size: int = 32
     weight_decay: float = 0.005
     epochs: int = 18
-    clip: float = 0.6
+    clip: float = 0.6  # global gradient-norm clip
     patience: int = 6  # early stop: epochs without a better validation loss
     seeds: int = 1  # independent runs per variant, trained together (vmapped)
     seed: int = 0
     fast_compile: bool = False  # XLA optimisation level 0: ~3x faster compiles, ~3x slower steps (tests, tiny)
     # "adamw": decoupled weight decay; "adam_l2": torch's Adam(weight_decay=...) as in the official trainer, the
     # decay added to the (clipped) gradient before the Adam moments
-    optimizer: Literal["adamw", "adam_l2"] = "adamw"
+    optimizer: Literal["adamw", "adam_l2"] = "adamw"  # adamw, or adam_l2 (L2 decay in the gradient, as torch)
     # "plateau": torch ReduceLROnPlateau(mode=min, threshold 1e-4 rel) on the validation loss, once per epoch
     scheduler: Literal["none", "plateau"] = "none"
-    plateau_patience: int = 5
-    plateau_factor: float = 0.1
+    plateau_patience: int = 5  # plateau scheduler: epochs without improvement before the lr drops
+    plateau_factor: float = 0.1  # plateau scheduler: factor the lr is multiplied by at each drop
     # a run is reported failed when its validation loss diverges: non-finite, never better than predicting the
     # training-label mean, or ending above diverge_factor x its best
-    diverge_factor: float = 2.0
+    diverge_factor: float = 2.0  # a run whose final validation loss exceeds this x its best is reported failed
 
     def __post_init__(self):
         check(self.lr > 0, "train.lr", self.lr, "a number > 0")
@@ -182,7 +182,7 @@ class Config:
     model: ModelConfig = ModelConfig()
     loss: LossConfig = LossConfig()
     train: TrainConfig = TrainConfig()
-    variants: tuple[str, ...] = ("full",)
+    variants: tuple[str, ...] = ("full",)  # ablation variants to train: baseline, +dec, +hetero, +homo, full
 
     def __post_init__(self):
         check(len(self.variants) >= 1 and all(v in VARIANTS for v in self.variants), "variants",
