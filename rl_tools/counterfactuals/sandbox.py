@@ -544,6 +544,7 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         self._dir: str | None = None
         self._buffer = b""
+        self._marks: dict[str, int] | None = None
         self._uid = NOBODY if self.as_nobody else os.getuid() if hasattr(os, "getuid") else -1
         self.restarts = 0
         self.layers: tuple[str, ...] = ()
@@ -576,6 +577,7 @@ class Sandbox:
             self.restarts += 1
             why = hello.get("fatal") or hello.get("error")
             return {"error": f"SandboxError: the worker could not start with fs_layer={mode!r} ({why})"}
+        self._marks = self._take_marks()
         self.layers = _log_layers(_layers(self.as_nobody, hello.get("fs_layer"), self.config.check_outside),
                                   self.python, self.as_nobody)
         return self._proc
@@ -597,6 +599,7 @@ class Sandbox:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        self._marks = None
 
     def close(self) -> None:
         self._kill()
@@ -646,8 +649,8 @@ class Sandbox:
         if isinstance(proc, dict):
             return proc
         check = self.config.check_outside
-        if check:
-            marks = _marks()
+        if check:  # the folders' mtimes after the last job (or the start) stand for those before this job
+            marks = self._marks if self._marks is not None else self._take_marks()
             started = time.time_ns()
         try:
             proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -658,6 +661,7 @@ class Sandbox:
             return {"error": "SandboxError: the worker died before the job started"}
         res = self._reply(self.config.wall)
         if check:
+            self._marks = self._take_marks()
             found = self._outside(marks, started)
             if found:
                 self._kill()  # a worker that could write is not trusted with another job
@@ -667,22 +671,30 @@ class Sandbox:
                                  "folder (the worker was replaced)"}
         return res
 
-    def _outside(self, marks: list[tuple[str, int]], started: int) -> list[str]:
-        """What appeared during the job in the worker's own folder, or (owned by the worker's uid, changed
-        since the job started) in a world-writable folder whose mtime moved."""
-        found = []
-        if self._dir is not None:
+    def _take_marks(self) -> dict[str, int]:
+        """The mtime of the worker's folder and of each world-writable folder (four stat calls)."""
+        marks = {}
+        for folder in (self._dir, *_WATCHED):
             try:
-                found += [os.path.join(self._dir, n) for n in os.listdir(self._dir)]
-            except OSError:
+                marks[folder] = os.stat(folder).st_mtime_ns
+            except (OSError, TypeError):
                 pass
+        return marks
+
+    def _outside(self, before: dict[str, int], started: int) -> list[str]:
+        """What appeared during the job: anything in the worker's own folder, and in a world-writable folder
+        whose mtime moved, the entries of the worker's uid changed since the job started."""
+        found = []
         since = started - 50_000_000  # file times follow a coarse clock (one tick behind time.time_ns)
-        for folder, mtime in marks:
+        for folder, mtime in before.items():
+            if self._marks.get(folder) == mtime:
+                continue
             try:
-                if os.stat(folder).st_mtime_ns == mtime:
-                    continue
                 with os.scandir(folder) as entries:
                     for entry in entries:
+                        if folder == self._dir:
+                            found.append(entry.path)
+                            continue
                         st = entry.stat(follow_symlinks=False)
                         if st.st_uid == self._uid and st.st_ctime_ns >= since:
                             found.append(entry.path)
@@ -725,16 +737,6 @@ class Sandbox:
     def run_many(self, jobs: Sequence[tuple[str, Sequence[tuple[int, Sequence[int]]]]], *,
                  validate: bool = True) -> list[ExecResult]:
         return [self.run(code, calls, validate=validate) for code, calls in jobs]
-
-
-def _marks() -> list[tuple[str, int]]:
-    marks = []
-    for folder in _WATCHED:
-        try:
-            marks.append((folder, os.stat(folder).st_mtime_ns))
-        except OSError:
-            pass
-    return marks
 
 
 def _describe_exit(code: int) -> str:
