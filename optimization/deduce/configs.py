@@ -16,20 +16,25 @@ MNIST_DATASETS = ("split_mnist", "perm_mnist")
 # standard: the 60k MNIST training set (`make benchmark-data`) for training, the 10k test set for testing
 MNIST_SOURCES = ("test_carve", "standard")
 
-# arm name -> (base learner, LUM on, GUM on, detector, LUM form (unused: see DeduceConfig.lum_form))
+UNLEARN_FORMS = ("ours", "released")
+# arm name -> (base learner, LUM on, GUM on, detector, unlearning form: "ours", "released", or "" = the config's
+# deduce.unlearn_form). Within "ours", the LUM step is deduce.lum_form (a static choice: paper or code).
 ARMS: dict[str, tuple[str, bool, bool, str, str]] = {
-    "er": ("er", False, False, "G", "paper"),
-    "derpp": ("derpp", False, False, "G", "paper"),
-    "ewc": ("ewc", False, False, "G", "paper"),
-    "er_deduce": ("er", True, True, "G", "paper"),
-    "derpp_deduce": ("derpp", True, True, "G", "paper"),
-    "er_lum": ("er", True, False, "G", "paper"),
-    "er_gum": ("er", False, True, "G", "paper"),
-    "derpp_lum": ("derpp", True, False, "G", "paper"),
-    "derpp_gum": ("derpp", False, True, "G", "paper"),
-    "derpp_deduce_b": ("derpp", True, True, "B", "paper"),
+    "er": ("er", False, False, "G", ""),
+    "derpp": ("derpp", False, False, "G", ""),
+    "ewc": ("ewc", False, False, "G", ""),
+    "er_deduce": ("er", True, True, "G", ""),
+    "derpp_deduce": ("derpp", True, True, "G", ""),
+    "er_lum": ("er", True, False, "G", ""),
+    "er_gum": ("er", False, True, "G", ""),
+    "derpp_lum": ("derpp", True, False, "G", ""),
+    "derpp_gum": ("derpp", False, True, "G", ""),
+    "derpp_deduce_b": ("derpp", True, True, "B", ""),
+    "er_deduce_rel": ("er", True, True, "G", "released"),
+    "derpp_deduce_rel": ("derpp", True, True, "G", "released"),
+    "derpp_lum_rel": ("derpp", True, False, "G", "released"),
+    "derpp_deduce_b_rel": ("derpp", True, True, "B", "released"),
 }
-# The LUM form (paper or released code) is a static choice: `--set deduce.lum_form=code`.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -82,7 +87,11 @@ class DeduceConfig:
     """DEDUCE hyper-parameters. Defaults: the paper's structure, with the released code's constants where the
     paper gives none, and GUM's rate/maturity scaled to our short streams (see README)."""
 
-    lum_form: str = "paper"        # "paper": Fisher-preconditioned step; "code": norm-rescaled step + noise
+    unlearn_form: str = "ours"     # DEDUCE arms without a fixed form: "ours" (lum_form below) or "released"
+    lum_form: str = "paper"        # "ours" form: "paper" Fisher-preconditioned step; "code" norm-rescaled step
+    released_delta: float = 1e-4   # released form: the step is this fraction of each weight tensor's norm
+    released_pull: float = 0.1     # released form: weight of sum F (theta - unlearned copy)^2, added every step
+    released_weight_decay: float = 1e-4  # released form: SGD weight decay of the learn step (DEDUCE arms)
     delta: float = 1e-2            # unlearning rate (paper: delta; code: 1e-4 with a norm-rescaled step)
     epsilon: float = 0.0           # conflict threshold: conflict if <g_t, g_M> <= eps |g_t| |g_M|, eps in [-1, 0]
     conflict_batch: int = 32       # buffer samples of old tasks for g_M (code: the whole buffer)
@@ -99,10 +108,19 @@ class DeduceConfig:
     gum_decay: float = 0.99        # EMA of the utility
     gum_gate_scale: float = 10.0   # Fisher gate sigma(scale * normalised Fisher)
     bound_c: float = 1.0           # detector B: E_T <= E_S + |1 - 2 eps(h_d)| + c |LEEP|
+    bound_probe_frac: float = 0.3  # detector B: E_T after SGD on the new task for this share of a task's steps
+    bound_eval_rows: int = 256     # detector B: held-out new-task rows for E_T, LEEP and the domain classifier
     domain_steps: int = 200        # detector B: gradient steps of the domain classifier
 
     def __post_init__(self):
+        check(self.unlearn_form in UNLEARN_FORMS, "deduce.unlearn_form", self.unlearn_form,
+              f"one of {UNLEARN_FORMS}")
         check(self.lum_form in ("paper", "code"), "deduce.lum_form", self.lum_form, "'paper' or 'code'")
+        check(self.released_delta >= 0, "deduce.released_delta", self.released_delta, ">= 0")
+        check(self.released_pull >= 0, "deduce.released_pull", self.released_pull, ">= 0")
+        check(self.released_weight_decay >= 0, "deduce.released_weight_decay", self.released_weight_decay, ">= 0")
+        check(0.0 < self.bound_probe_frac <= 1.0, "deduce.bound_probe_frac", self.bound_probe_frac, "in (0, 1]")
+        check(self.bound_eval_rows >= 2, "deduce.bound_eval_rows", self.bound_eval_rows, ">= 2")
         check(self.delta >= 0, "deduce.delta", self.delta, ">= 0")
         check(-1.0 <= self.epsilon <= 0.0, "deduce.epsilon", self.epsilon, "in [-1, 0]")
         check(self.conflict_batch >= 1, "deduce.conflict_batch", self.conflict_batch, ">= 1")

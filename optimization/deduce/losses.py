@@ -107,6 +107,30 @@ def diag_fisher(apply: Callable, params: Params, x: jax.Array, key: jax.Array, w
     return jax.tree.map(lambda t: t / jnp.maximum(jnp.sum(weights), 1.0), total)
 
 
+def diag_fisher_released(apply: Callable, params: Params, x: jax.Array, y: jax.Array, weights: jax.Array,
+                         chunk: int = 16) -> Params:
+    """The released code's Fisher weighting: mean_x p(y|x) (d log p(y|x) / d theta)^2 at the TRUE label y
+    (an empirical Fisher, each example weighted by the probability the model gives its label).
+
+    x: (N, ...) with N a multiple of `chunk`; y: (N,) int; weights: (N,) 1 for real rows, 0 for padding.
+    """
+    n = x.shape[0]
+
+    def logp(p, xi, yi):
+        return jax.nn.log_softmax(apply(p, xi[None])[0][0])[yi]
+
+    per_example = jax.vmap(jax.value_and_grad(logp), in_axes=(None, 0, 0))
+
+    def body(acc, idx):
+        lp, g = per_example(params, x[idx], y[idx])
+        wc = weights[idx] * jnp.exp(lp)
+        return jax.tree.map(lambda a, gi: a + jnp.einsum("n,n...->...", wc, gi ** 2), acc, g), None
+
+    idx = jnp.arange(n).reshape(-1, chunk)
+    total, _ = jax.lax.scan(body, jax.tree.map(jnp.zeros_like, params), idx)
+    return jax.tree.map(lambda t: t / jnp.maximum(jnp.sum(weights), 1.0), total)
+
+
 class GumState(NamedTuple):
     age: dict[str, jax.Array]       # layer -> (units,) int32 steps since (re)initialisation
     utility: dict[str, jax.Array]   # layer -> (units,) float32 EMA of the gated contribution utility

@@ -30,7 +30,8 @@ from optimization.deduce.data import make_stream
 from optimization.deduce.model import Net, make_net
 
 HP_FIELDS = ("lr", "w_cur", "alpha", "beta", "ewc_lambda", "use_lum", "use_gum", "detector_b",
-             "delta", "epsilon", "gum_rate", "buffer_size", "fisher_decay")
+             "delta", "epsilon", "gum_rate", "gum_maturity", "buffer_size", "fisher_decay", "released", "pull",
+             "weight_decay")
 
 
 class RunState(NamedTuple):
@@ -38,6 +39,7 @@ class RunState(NamedTuple):
     buffer: buffer_lib.Buffer
     fisher: Any
     anchor: Any               # theta at the end of the previous task (theta_{t-1})
+    copy: Any                 # released form: the unlearned copy (last LUM's SGD copy, or theta at task end)
     gum: losses.GumState
     key: jax.Array            # typed PRNG key of this run
     step: jax.Array           # global step
@@ -59,6 +61,7 @@ def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = N
     runs, rows = [], []
     for arm in config.arms:
         base, lum, gum, detector, form = ARMS[arm]
+        released = (form or dd.unlearn_form) == "released" and (lum or gum)
         for buf in config.buffer_sizes:
             for v_index, variant in enumerate(variants):
                 for s in range(config.seeds):
@@ -67,9 +70,11 @@ def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = N
                               beta=(tr.der_beta if base == "derpp" else 1.0) if base != "ewc" else 0.0,
                               ewc_lambda=tr.ewc_lambda if base == "ewc" else 0.0,
                               use_lum=float(lum), use_gum=float(gum), detector_b=float(detector == "B"),
-                              delta=dd.delta, epsilon=dd.epsilon,
-                              gum_rate=dd.gum_rate, buffer_size=float(buf),
-                              fisher_decay=tr.ewc_gamma if base == "ewc" else dd.fisher_decay)
+                              delta=dd.released_delta if released else dd.delta, epsilon=dd.epsilon,
+                              gum_rate=dd.gum_rate, gum_maturity=float(dd.gum_maturity), buffer_size=float(buf),
+                              fisher_decay=tr.ewc_gamma if base == "ewc" else dd.fisher_decay,
+                              released=float(released), pull=dd.released_pull if released else 0.0,
+                              weight_decay=dd.released_weight_decay if released else 0.0)
                     unknown = set(variant) - set(hp)
                     if unknown:
                         raise BadInputError(f"variant keys {sorted(unknown)}, expected a subset of {HP_FIELDS}")
@@ -79,7 +84,9 @@ def make_runs(config: Config, variants: Sequence[Mapping[str, float]] | None = N
                         raise BadInputError(f"variant keys {sorted(unknown)}, expected a subset of {HP_FIELDS}")
                     hp.update(own)
                     hp.update(variant)
-                    runs.append(dict(arm=arm, buffer=buf, seed=config.seed + s, variant=v_index, **own, **variant))
+                    runs.append(dict(arm=arm, buffer=buf, seed=config.seed + s, variant=v_index,
+                                     form="released" if released else ("ours" if lum or gum else ""),
+                                     **own, **variant))
                     rows.append(hp)
     hps = {k: np.array([r[k] for r in rows], np.float32) for k in HP_FIELDS}
     return runs, hps
@@ -98,6 +105,11 @@ class Trainer:
         self.steps_per_epoch = -(-n_max // tr.batch_size)
         self.steps_per_task = tr.epochs * self.steps_per_epoch
         self.min_n = int(np.min(np.asarray(arrays["train_n"])))
+        dd = config.deduce
+        # detector B's partial training runs only when an arm uses detector B (its cost is per run, vmapped)
+        uses_b = any(ARMS[a][3] == "B" for a in config.arms)
+        self.probe_steps = max(1, round(dd.bound_probe_frac * self.steps_per_task)) if uses_b else 0
+        self.bound_rows = max(1, min(dd.bound_eval_rows, self.min_n // 2))
         self.arrays = None  # the data are arguments of the compiled functions, never baked-in constants
         self._chunk = jax.jit(jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None, None)), static_argnums=5)
         self._begin = jax.jit(jax.vmap(self._begin_one, in_axes=(0, 0, None, None)))
@@ -113,7 +125,8 @@ class Trainer:
             z = jnp.zeros((), jnp.int32)
             return RunState(params=params,
                             buffer=buffer_lib.init_buffer(self.capacity, self.input_shape, self.num_classes),
-                            fisher=zeros, anchor=params, gum=losses.init_gum(params, self.net.gum_pairs),
+                            fisher=zeros, anchor=params, copy=params,
+                            gum=losses.init_gum(params, self.net.gum_pairs),
                             key=jax.random.fold_in(key, 1), step=z, flag_b=jnp.zeros((), bool),
                             fired=z, conflicts=z, resets=z)
         return jax.jit(jax.vmap(one))(jnp.asarray(seeds, jnp.uint32))
@@ -141,16 +154,23 @@ class Trainer:
         fire = (hp["use_lum"] > 0) & detected
 
         # Decide + LUM: unlearn locally before learning.
+        pick = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
+        # released form (and our code form): SGD copy on -CE + alpha |theta - theta_prev|^2, then a step of
+        # delta x |theta| per tensor along the copy's direction, plus noise, damped by 1 / (1 + scale F)
+        theta_c, copy_c = losses.lum_code(theta, g_t, state.anchor, state.fisher, kl, delta=hp["delta"],
+                                          alpha=dd.lum_alpha, lr=dd.code_lr, noise=dd.code_noise,
+                                          fisher_scale=dd.code_fisher_scale)
         if dd.lum_form == "code":
-            theta_u, reg_target = losses.lum_code(theta, g_t, state.anchor, state.fisher, kl, delta=hp["delta"],
-                                                  alpha=dd.lum_alpha, lr=dd.code_lr, noise=dd.code_noise,
-                                                  fisher_scale=dd.code_fisher_scale)
+            theta_o, reg_target = theta_c, copy_c
         else:
-            theta_u = losses.lum_paper(theta, g_t, state.anchor, state.fisher, delta=hp["delta"],
+            theta_o = losses.lum_paper(theta, g_t, state.anchor, state.fisher, delta=hp["delta"],
                                        alpha=dd.lum_alpha, damping=dd.fisher_damping)
             reg_target = state.anchor
-        pick = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
+        released = hp["released"] > 0
+        theta_u = pick(released, theta_c, theta_o)
         theta1 = pick(fire, theta_u, theta)
+        # released form: the unlearned copy persists and the learn step pulls toward it on every step
+        copy = pick(fire & released, copy_c, state.copy)
 
         # Learn: the base learner's loss (ER / DER++ / online EWC) at theta', plus the LUM regulariser.
         bsz = xb.shape[0]
@@ -164,24 +184,26 @@ class Trainer:
             ce_m = losses.cross_entropy(l2, buf.y[i2], m2)
             ewc = 0.5 * losses.fisher_penalty(p, state.anchor, state.fisher)
             lum_reg = losses.fisher_penalty(p, reg_target, state.fisher)
+            pull = losses.fisher_penalty(p, copy, state.fisher)
+            ours = fire & ~released
             total = (hp["w_cur"] * ce_t + hp["alpha"] * mse + hp["beta"] * ce_m + hp["ewc_lambda"] * ewc
-                     + fire * dd.lum_beta * lum_reg)
+                     + ours * dd.lum_beta * lum_reg + hp["pull"] * pull)
             return total, (lt, {k: v[:bsz] for k, v in hid.items()}, ce_t)
 
         (loss, (lt, hid, ce_t)), g = jax.value_and_grad(loss_fn, has_aux=True)(theta1)
-        theta2 = jax.tree.map(lambda p, gi: p - hp["lr"] * gi, theta1, g)
+        theta2 = jax.tree.map(lambda p, gi: p - hp["lr"] * (gi + hp["weight_decay"] * p), theta1, g)
 
         # GUM: reclaim capacity from mature, low-utility, low-Fisher units.
         theta3, gum3, n_reset = losses.gum_step(
             theta2, state.gum, hid, state.fisher, kg, self.net.gum_pairs, rate=hp["gum_rate"],
-            maturity=dd.gum_maturity, decay=dd.gum_decay, gate_scale=dd.gum_gate_scale)
+            maturity=hp["gum_maturity"], decay=dd.gum_decay, gate_scale=dd.gum_gate_scale)
         use_gum = hp["use_gum"] > 0
         theta3 = pick(use_gum, theta3, theta2)
         gum = pick(use_gum, gum3, state.gum)
         n_reset = jnp.where(use_gum, n_reset, 0)
 
         new_buf = buffer_lib.reservoir_add(buf, xb, yb, jax.lax.stop_gradient(lt), t, kr, size)
-        new_state = state._replace(params=theta3, buffer=new_buf, gum=gum, step=state.step + 1,
+        new_state = state._replace(params=theta3, buffer=new_buf, gum=gum, copy=copy, step=state.step + 1,
                                    fired=state.fired + fire.astype(jnp.int32),
                                    conflicts=state.conflicts + conflict.astype(jnp.int32),
                                    resets=state.resets + n_reset)
@@ -217,30 +239,17 @@ class Trainer:
     def _begin_one(self, state: RunState, hp, arrays, t) -> RunState:
         """Reset the per-task counters and evaluate detector B's transferability bound for task t."""
         dd = self.config.deduce
-        apply = self.net.apply
         buf = state.buffer
         size = hp["buffer_size"].astype(jnp.int32)
         filled = jnp.arange(self.capacity) < jnp.minimum(buf.n_seen, size)
         w_old = (filled & (buf.task < t)).astype(jnp.float32)
-        key = jax.random.fold_in(state.key, 20_000_003 + t)
-        n = arrays["train_n"][t]
-        m = min(self.capacity, self.min_n)
-        pick = jax.random.choice(key, arrays["train_x"].shape[1], (m,), replace=False,
-                                 p=(jnp.arange(arrays["train_x"].shape[1]) < n) / n)
-        x_new, y_new = arrays["train_x"][t][pick], arrays["train_y"][t][pick]
-        w_new = jnp.ones((m,), jnp.float32)
-        lo, ho = apply(state.params, buf.x)
-        ln, hn = apply(state.params, x_new)
-        last = self.net.gum_pairs[-1][0]
-        err_old = jnp.sum(w_old * (jnp.argmax(lo, -1) != buf.y)) / jnp.maximum(jnp.sum(w_old), 1.0)
-        err_new = jnp.mean(jnp.argmax(ln, -1) != y_new)
-        eps_d = losses.domain_error(ho[last], w_old, hn[last], w_new, jax.random.fold_in(key, 1),
-                                    steps=dd.domain_steps)
-        score = losses.leep(jax.nn.softmax(ln), y_new, self.num_classes, w_new)
-        bound = losses.transfer_bound(err_old, eps_d, score, dd.bound_c)
-        flag = (err_new > bound) & (jnp.sum(w_old) > 0)
+        out = bound_detector(self.net.apply, state.params, buf.x, buf.y, w_old, arrays["train_x"][t],
+                             arrays["train_y"][t], arrays["train_n"][t], jax.random.fold_in(state.key, 20_000_003 + t),
+                             feature_layer=self.net.gum_pairs[-1][0], num_classes=self.num_classes,
+                             probe_steps=self.probe_steps, lr=hp["lr"], batch=self.config.train.batch_size,
+                             eval_rows=self.bound_rows, domain_steps=dd.domain_steps, c=dd.bound_c)
         z = jnp.zeros((), jnp.int32)
-        return state._replace(flag_b=flag, fired=z, conflicts=z, resets=z)
+        return state._replace(flag_b=out["flag"], fired=z, conflicts=z, resets=z)
 
     def _end_one(self, state: RunState, hp, arrays, t) -> RunState:
         """Fisher F <- decay F + F_task on a sample of task t; anchor <- theta."""
@@ -249,10 +258,15 @@ class Trainer:
         m = -(-min(dd.fisher_samples, int(arrays["train_x"].shape[1])) // 16) * 16
         key = jax.random.fold_in(state.key, 30_000_001 + t)
         idx = jax.random.randint(key, (m,), 0, n)
-        f_new = losses.diag_fisher(self.net.apply, state.params, arrays["train_x"][t][idx],
-                                   jax.random.fold_in(key, 1), jnp.ones((m,), jnp.float32))
+        ones = jnp.ones((m,), jnp.float32)
+        f_ours = losses.diag_fisher(self.net.apply, state.params, arrays["train_x"][t][idx],
+                                    jax.random.fold_in(key, 1), ones)
+        f_rel = losses.diag_fisher_released(self.net.apply, state.params, arrays["train_x"][t][idx],
+                                            arrays["train_y"][t][idx], ones)
+        f_new = jax.tree.map(lambda a, b: jnp.where(hp["released"] > 0, a, b), f_rel, f_ours)
         fisher = jax.tree.map(lambda a, b: hp["fisher_decay"] * a + b, state.fisher, f_new)
-        return state._replace(fisher=fisher, anchor=state.params)
+        # the released code reloads its unlearning copy from the network at every task's end
+        return state._replace(fisher=fisher, anchor=state.params, copy=state.params)
 
     def _eval_one(self, params, arrays) -> tuple[jax.Array, jax.Array]:
         """Class-IL (single head) and task-IL (head masked to the task's classes) accuracy on every task."""
@@ -264,6 +278,45 @@ class Trainer:
         masked = jnp.where(mask[:, None, :] > 0, logits, -jnp.inf)
         acc_t = jnp.sum(valid * (jnp.argmax(masked, -1) == ty), 1) / tn
         return acc_c, acc_t
+
+
+def bound_detector(apply, params, x_old, y_old, w_old, x_task, y_task, n_task, key, *, feature_layer: str,
+                   num_classes: int, probe_steps: int, lr, batch: int, eval_rows: int, domain_steps: int,
+                   c) -> dict[str, jax.Array]:
+    """Detector B for a new task: fire when E_T > E_S + |1 - 2 eps(h_d)| + c |LEEP|.
+
+    E_S: the current model's class-IL error on the old buffer rows (w_old 1 for real old rows). eps(h_d): the
+    held-out error of a domain classifier (old rows vs `eval_rows` new rows) on the last hidden features; LEEP
+    from the current softmax on those new rows. E_T: the error on those held-out new rows AFTER partial training
+    (`probe_steps` SGD steps of CE on the task's other rows, from the current weights, on a throw-away copy),
+    as the released code measures it after 30 % of the epochs; before any training E_T is ~1 in class-IL, so
+    the bound could only fire on the untrained head. x_task (n_max, ...) with n_task real rows.
+    Returns {flag, err_new, err_new_before, bound, err_old, domain_err, leep}."""
+    n_max = x_task.shape[0]
+    k_perm, k_dom, k_probe = jax.random.split(key, 3)
+    u = jax.random.uniform(k_perm, (n_max,))
+    perm = jnp.argsort(jnp.where(jnp.arange(n_max) < n_task, u, 2.0))
+    ev = perm[:eval_rows]
+    x_new, y_new = x_task[ev], y_task[ev]
+    w_new = jnp.ones((eval_rows,), jnp.float32)
+    lo, ho = apply(params, x_old)
+    ln, hn = apply(params, x_new)
+    err_old = jnp.sum(w_old * (jnp.argmax(lo, -1) != y_old)) / jnp.maximum(jnp.sum(w_old), 1.0)
+    eps_d = losses.domain_error(ho[feature_layer], w_old, hn[feature_layer], w_new, k_dom, steps=domain_steps)
+    score = losses.leep(jax.nn.softmax(ln), y_new, num_classes, w_new)
+    bound = losses.transfer_bound(err_old, eps_d, score, c)
+
+    def probe(p, k):
+        j = eval_rows + jax.random.randint(k, (batch,), 0, jnp.maximum(n_task - eval_rows, 1))
+        ix = perm[j]
+        g = jax.grad(lambda q: losses.cross_entropy(apply(q, x_task[ix])[0], y_task[ix]))(p)
+        return jax.tree.map(lambda a, b: a - lr * b, p, g), None
+
+    trained, _ = jax.lax.scan(probe, params, jax.random.split(k_probe, probe_steps))
+    err_new = jnp.mean(jnp.argmax(apply(trained, x_new)[0], -1) != y_new)
+    flag = (err_new > bound) & (jnp.sum(w_old) > 0)
+    return dict(flag=flag, err_new=err_new, err_new_before=jnp.mean(jnp.argmax(ln, -1) != y_new), bound=bound,
+                err_old=err_old, domain_err=eps_d, leep=score)
 
 
 _TRAINERS: dict[tuple, Trainer] = {}
