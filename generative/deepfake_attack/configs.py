@@ -28,7 +28,7 @@ KINDS = ("pgd", "universal", "blackbox")
 class DataConfig:
     """Disjoint pools of real digits: generator training, attribution training, attack training, evaluation."""
 
-    source: Literal["mnist", "digits", "folder"] = "mnist"
+    source: Literal["mnist", "digits", "folder"] = "mnist"  # MNIST, scikit-learn 8x8 digits, or an image folder
     image_size: int = 28  # 28 for MNIST; digits / folder images are resized to this size (16 in tests)
     folder: str = ""  # source "folder": a directory of images (PNG / JPEG, searched recursively), read as grayscale
     n_gm: int = 4000  # real images the generators learn from
@@ -49,18 +49,18 @@ class DataConfig:
 class GenConfig:
     """The generator zoo: widths, training steps and the FID classifier."""
 
-    latent: int = 32
-    width: int = 16
+    latent: int = 32  # latent size of the DCGANs and the VAE
+    width: int = 16  # base channel width of the DCGANs, discriminator, VAE and DDPM U-Net
     batch_size: int = 64
-    lr_gan: float = 2e-4
-    lr: float = 1e-3
-    gan_steps: int = 1500
-    vae_steps: int = 1500
-    made_steps: int = 1500
-    made_hidden: int = 256
-    ddpm_steps: int = 2000
-    ddpm_timesteps: int = 50
-    fid_steps: int = 400
+    lr_gan: float = 2e-4  # Adam learning rate of the DCGANs and their discriminator
+    lr: float = 1e-3  # Adam learning rate of the VAE, MADE and DDPM
+    gan_steps: int = 1500  # training steps of each DCGAN
+    vae_steps: int = 1500  # VAE training steps
+    made_steps: int = 1500  # MADE (autoregressive) training steps
+    made_hidden: int = 256  # MADE hidden width
+    ddpm_steps: int = 2000  # DDPM training steps
+    ddpm_timesteps: int = 50  # DDPM diffusion steps T (cosine schedule; sampling runs all of them)
+    fid_steps: int = 400  # training steps of the digit classifier whose features define FID
     seed: int = 1
 
     def __post_init__(self):
@@ -74,9 +74,9 @@ class GenConfig:
 class AMConfig:
     """The four attribution models (7-way: real + 6 generators), trained together in one program."""
 
-    width: int = 16
-    hidden: int = 128
-    dct_block: int = 4
+    width: int = 16  # base channel width of the CNN attributors
+    hidden: int = 128  # hidden width of every attributor's classifier head / MLP
+    dct_block: int = 4  # block size of the DCT (dct_mlp input, DCT purifier and reference attack)
     steps: int = 1500
     batch_size: int = 128
     lr: float = 1e-3
@@ -96,24 +96,24 @@ class AttackConfig:
     reconstruction of the paper's attack) trained on real images only against a frozen surrogate attributor
     over random pseudo-generators (`traces.py`)."""
 
-    readings: tuple[str, ...] = READINGS
-    width: int = 16
+    readings: tuple[str, ...] = READINGS  # attack readings to run: additive, pixel_gain, spectral_gain
+    width: int = 16  # base channel width of the attack networks
     eps: float = 0.5  # pixel gain in [1 - eps, 1 + eps]
     spectral_eps: float = 1.0  # per-frequency gain in [1 - spectral_eps, 1 + spectral_eps] (1: a peak can be removed)
-    target_psnr: float = 28.0
-    steps: int = 400  # black-box attack network, per reading
-    universal_steps: int = 300  # universal white-box attack network, per reading
+    target_psnr: float = 28.0  # PSNR budget of every attack, in dB (higher = a smaller perturbation)
+    steps: int = 400  # training steps of the black-box attack network, per reading
+    universal_steps: int = 300  # training steps of the universal white-box attack network, per reading
     batch_size: int = 32
     lr: float = 1e-3
-    pseudo_gms: int = 8
+    pseudo_gms: int = 8  # random pseudo-generators the black-box surrogate learns to tell apart
     pseudo_beta: float = 0.5  # random deviation of the pseudo-generators' up-sampling kernels
     pseudo_residue: float = 0.15  # the diffusion-like pseudo-generators' high-frequency residue
-    surrogate_width: int = 16
+    surrogate_width: int = 16  # base channel width of the surrogate attributor
     surrogate_steps: int = 400  # the surrogate trains on clean real + pseudo-fakes, then is frozen
-    pgd_steps: int = 20
+    pgd_steps: int = 20  # iterations of each white-box PGD attack
     pgd_per_gm: int = 150  # white-box PGD runs on the first fakes of each generator (CPU budget)
-    blur_sigma: float = 0.7  # reference attack
-    dct_step: float = 0.04  # reference attack
+    blur_sigma: float = 0.7  # Gaussian-blur sd of the blur reference attack, in pixels
+    dct_step: float = 0.04  # block-DCT quantisation step of the dct reference attack
     seed: int = 3
 
     def __post_init__(self):
@@ -135,11 +135,11 @@ class DefenceConfig:
     """Defences: retraining on attacked fakes, purification (blur, DCT quantisation, a denoising AE trained on
     real images) and spectrum normalisation; each defended attribution model is retrained on its inputs."""
 
-    defences: tuple[str, ...] = DEFENCES
-    blur_sigma: float = 1.0
-    dct_step: float = 0.03
-    dae_steps: int = 800
-    dae_noise: float = 0.1
+    defences: tuple[str, ...] = DEFENCES  # defences to evaluate, 'none' first: retrain, blur, dct, dae, specnorm
+    blur_sigma: float = 1.0  # Gaussian-blur purifier's sd, in pixels
+    dct_step: float = 0.03  # DCT purifier's quantisation step of the block-DCT coefficients
+    dae_steps: int = 800  # denoising-autoencoder purifier training steps
+    dae_noise: float = 0.1  # sd of the Gaussian noise the denoising autoencoder learns to remove
     seed: int = 4
 
     def __post_init__(self):
@@ -157,8 +157,8 @@ class Config:
     am: AMConfig = AMConfig()
     attack: AttackConfig = AttackConfig()
     defence: DefenceConfig = DefenceConfig()
-    eval_batch: int = 500
-    grid_samples: int = 16
+    eval_batch: int = 500  # images per evaluation batch
+    grid_samples: int = 16  # samples per generator in its PNG grid
 
     def __post_init__(self):
         check(self.eval_batch >= 1, "eval_batch", self.eval_batch, "an integer >= 1")
