@@ -544,7 +544,8 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         self._dir: str | None = None
         self._buffer = b""
-        self._marks: dict[str, int] | None = None
+        self._watched: list[tuple[str, int]] = []  # (folder, O_PATH descriptor) for the post-job check
+        self._marks: tuple[int, ...] = ()  # their mtimes after the last job
         self._uid = NOBODY if self.as_nobody else os.getuid() if hasattr(os, "getuid") else -1
         self.restarts = 0
         self.layers: tuple[str, ...] = ()
@@ -577,7 +578,9 @@ class Sandbox:
             self.restarts += 1
             why = hello.get("fatal") or hello.get("error")
             return {"error": f"SandboxError: the worker could not start with fs_layer={mode!r} ({why})"}
-        self._marks = self._take_marks()
+        if self.config.check_outside:
+            self._watch(kernel_layer=hello.get("fs_layer") is not None)
+            self._marks = self._take_marks()
         self.layers = _log_layers(_layers(self.as_nobody, hello.get("fs_layer"), self.config.check_outside),
                                   self.python, self.as_nobody)
         return self._proc
@@ -599,10 +602,10 @@ class Sandbox:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-        self._marks = None
 
     def close(self) -> None:
         self._kill()
+        self._unwatch()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -613,6 +616,7 @@ class Sandbox:
     def __del__(self):
         try:
             self._kill()
+            self._unwatch()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -650,7 +654,7 @@ class Sandbox:
             return proc
         check = self.config.check_outside
         if check:  # the folders' mtimes after the last job (or the start) stand for those before this job
-            marks = self._marks if self._marks is not None else self._take_marks()
+            marks = self._marks
             started = time.time_ns()
         try:
             proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -660,9 +664,13 @@ class Sandbox:
             self.restarts += 1
             return {"error": "SandboxError: the worker died before the job started"}
         res = self._reply(self.config.wall)
-        if check:
-            self._marks = self._take_marks()
-            found = self._outside(marks, started)
+        if check and self._watched:  # held through a kill in `_reply`: an O_PATH descriptor outlives its folder
+            after = self._take_marks()
+            found = self._outside(marks, after, started)
+            if self._proc is None:  # killed (timeout, death): the folder is gone with it
+                self._unwatch()
+            else:
+                self._marks = after
             if found:
                 self._kill()  # a worker that could write is not trusted with another job
                 self.restarts += 1
@@ -671,23 +679,35 @@ class Sandbox:
                                  "folder (the worker was replaced)"}
         return res
 
-    def _take_marks(self) -> dict[str, int]:
-        """The mtime of the worker's folder and of each world-writable folder (four stat calls)."""
-        marks = {}
-        for folder in (self._dir, *_WATCHED):
+    def _watch(self, kernel_layer: bool) -> None:
+        """Hold the folders the post-job check stats: the worker's own and /tmp, and without a kernel filesystem
+        layer also /var/tmp and /dev/shm (an `fstat` of a held O_PATH descriptor is the cheapest look)."""
+        self._unwatch()
+        folders = (self._dir, *(_WATCHED if not kernel_layer else _WATCHED[:1]))
+        for folder in folders:
             try:
-                marks[folder] = os.stat(folder).st_mtime_ns
-            except (OSError, TypeError):
+                self._watched.append((folder, os.open(folder, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)))
+            except (OSError, TypeError, AttributeError):
                 pass
-        return marks
 
-    def _outside(self, before: dict[str, int], started: int) -> list[str]:
+    def _unwatch(self) -> None:
+        for _, fd in self._watched:
+            os.close(fd)
+        self._watched = []
+
+    def _take_marks(self) -> tuple[int, ...]:
+        """The mtimes of the watched folders (one fstat each)."""
+        return tuple([os.stat(fd).st_mtime_ns for _, fd in self._watched])
+
+    def _outside(self, before: tuple[int, ...], after: tuple[int, ...], started: int) -> list[str]:
         """What appeared during the job: anything in the worker's own folder, and in a world-writable folder
         whose mtime moved, the entries of the worker's uid changed since the job started."""
+        if after == before:
+            return []
         found = []
         since = started - 50_000_000  # file times follow a coarse clock (one tick behind time.time_ns)
-        for folder, mtime in before.items():
-            if self._marks.get(folder) == mtime:
+        for (folder, _), old, new in zip(self._watched, before, after):
+            if old == new:
                 continue
             try:
                 with os.scandir(folder) as entries:
