@@ -1,14 +1,16 @@
-"""PredNext on moving digits: base SSL vs + PredNext vs + forced consistency, two base objectives, 3 seeds.
+"""PredNext on generated videos: base SSL vs + PredNext for SimSiam, SimCLR and MoCo, two tasks, 3 seeds paired.
 
-    .venv/bin/python -u benchmarks/prednext.py --speed-stride1 --cache /tmp/pn500.jsonl   # the committed run
-    .venv/bin/python benchmarks/prednext.py --steps 1000 --bases simsiam simclr byol
+    nice -n 10 .venv/bin/python -u benchmarks/prednext.py --cache /tmp/pn44.jsonl   # the committed run
+    .venv/bin/python benchmarks/prednext.py --steps 1000 --bases simsiam simclr byol --variants base prednext forced
 
-For each base objective, every (variant, seed) run is pretrained with the same compiled step (variants are
-traced loss switches; runs with the same seed share the initial weights, the batches and the augmentations),
-then the frozen backbone is evaluated: linear probes for the motion class (8 classes) and the digit (10),
-temporal inconsistency E_consistency of the per-step features, and the collapse monitor. Also measures
-train steps/s of the spiking CNN at T = 8, 32x32, batch 32. Writes benchmarks/results/prednext.json, PNG
-plots, and the README table between the table markers.
+Tasks: "motion" (moving digits, 8 motion classes) and "order" (digits counting up or down by 1-3: the classes
+are time reverses of each other, so the label needs the frame order and step / clip prediction is not identity).
+For each (task, base) every (variant, seed) run is pretrained with the same compiled step (variants are traced
+loss switches; runs with the same seed share the initial weights, the batches and the augmentations), then
+evaluated: a linear probe on the frozen backbone, supervised fine-tuning of the backbone + a linear head (the
+paper's metric), nearest-neighbour retrieval R@1 / R@5, temporal inconsistency of the backbone features (probed)
+and of the projector outputs (where the losses act), and the collapse monitor. Writes
+benchmarks/results/prednext.json, PNG plots, and the README table between the table markers.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from forecasting.prednext import configs, train  # noqa: E402
 from forecasting.prednext.data import make_datasets  # noqa: E402
 
 README = ROOT / "forecasting" / "prednext" / "README.md"
-METRICS = ("probe_motion", "probe_digit", "inconsistency_z", "inconsistency_f", "disjoint_clip_cos_z", "z_std",
-           "spike_rate_f")
+METRICS = ("probe_task", "finetune_task", "retrieval_r1", "retrieval_r5", "probe_digit", "inconsistency_f",
+           "inconsistency_z", "z_std", "spike_rate_f")
 PAPER = {  # UCF101 top-1 (%) from the method notes (two third-party notes agree; unconfirmed)
     "simclr": (57.04, 59.47), "simsiam": (50.81, 54.93), "byol": (56.41, 58.58), "barlowtwins": (56.15, 59.76)}
 
@@ -74,7 +76,7 @@ def fmt_n(s: dict, scale: float = 100.0, digits: int = 1) -> str:
     return fmt(s, scale, digits) + (f" (n={s['n']})" if s.get("n", 3) != 3 else "")
 
 
-CHANCE_MOTION = 1 / 8  # eight motion classes
+CHANCE = {"motion": 1 / 8, "order": 1 / 6}  # eight motion classes; six counting orders
 
 
 def _per_seed(rows: list[dict], base: str, variant: str, metric: str) -> dict[int, float]:
@@ -101,45 +103,49 @@ def _all_of(id_: str, statement: str, parts: list[dict]) -> dict:
 
 
 def claims_from_rows(rows: list[dict]) -> list[dict]:
-    """Every claim, recomputed from the stored per-(base, variant, seed) rows: paired over seeds (runs with the same
-    seed share the initial weights, batches and augmentations), 95% t-interval of the paired differences."""
+    """Every claim, recomputed from the stored per-(task, base, variant, seed) rows: paired over seeds (runs with
+    the same seed share the initial weights, batches and augmentations), 95% t-interval of the paired differences."""
     claims = []
-    init_motion = [r["probe_motion"] for r in rows if r["variant"] == "random_init"]
-    for base in dict.fromkeys(r["base"] for r in rows if r["base"] != "none"):
-        variants = {r["variant"] for r in rows if r["base"] == base}
-        probe = dict(chance=CHANCE_MOTION, evidence=(f"motion probe (top-1); untrained network "
-                                                     f"{100 * np.mean(init_motion):.1f} %" if init_motion else ""))
-        if {"prednext", "base"} <= variants:
-            a, b, _ = _arms(rows, base, "prednext", "base", "probe_motion")
-            claims.append(paired_claim(f"{base}_prednext_motion_probe",
-                                       f"{base}: + PredNext beats the base objective on the motion linear probe",
-                                       a, b, **probe))
-            a, b, _ = _arms(rows, base, "prednext", "base", "inconsistency_f")
-            claims.append(paired_claim(
-                f"{base}_prednext_consistency",
-                f"{base}: + PredNext makes the per-step backbone features (the probed features, the paper's f) more "
-                "consistent over time (lower E_consistency) than the base objective", a, b, higher_is_better=False,
-                evidence="E_consistency of the backbone spike-rate features"))
-            a, b, _ = _arms(rows, base, "prednext", "base", "inconsistency_z")
-            claims.append(paired_claim(
-                f"{base}_prednext_consistency_projector",
-                f"{base}: + PredNext makes the per-step projector outputs z (where its losses act) more consistent "
-                "over time than the base objective", a, b, higher_is_better=False,
-                evidence="E_consistency of the projector outputs z"))
-        if {"forced", "base"} <= variants:
-            fc, bc, _ = _arms(rows, base, "forced", "base", "inconsistency_z")
-            fm, bm, _ = _arms(rows, base, "forced", "base", "probe_motion")
-            claims.append(_all_of(
-                f"{base}_forced_consistency_not_accuracy",
-                f"{base}: forced consistency lowers E_consistency (of z, where its term acts here) but lowers the "
-                "motion probe accuracy (the paper's Table 4)",
-                [paired_claim("consistency", "forced lowers E_consistency(z)", fc, bc, higher_is_better=False),
-                 paired_claim("accuracy", "forced lowers the motion probe", fm, bm, higher_is_better=False)]))
-            if "prednext" in variants:
-                a, b, _ = _arms(rows, base, "prednext", "forced", "probe_motion")
-                claims.append(paired_claim(f"{base}_prednext_beats_forced",
-                                           f"{base}: + PredNext beats forced consistency on the motion probe",
-                                           a, b, **probe))
+    for task in dict.fromkeys(r.get("task", "motion") for r in rows):
+        trows = [r for r in rows if r.get("task", "motion") == task]
+        init = [r for r in trows if r["variant"] == "random_init"]
+        chance = CHANCE[task]
+        for base in dict.fromkeys(r["base"] for r in trows if r["base"] != "none"):
+            variants = {r["variant"] for r in trows if r["base"] == base}
+            tag = f"{task}/{base}"
+            if {"prednext", "base"} <= variants:
+                for metric, what in (("probe_task", "linear probe"), ("finetune_task", "fine-tuning accuracy"),
+                                     ("retrieval_r1", "retrieval R@1")):
+                    if not all(metric in r for r in trows if r["base"] == base):
+                        continue
+                    ref = (f"; untrained network {100 * np.mean([r[metric] for r in init]):.1f} %"
+                           if init and all(metric in r for r in init) else "")
+                    a, b, _ = _arms(trows, base, "prednext", "base", metric)
+                    claims.append(paired_claim(
+                        f"{task}_{base}_prednext_{metric}",
+                        f"{tag}: + PredNext beats the base objective on the {task} task's {what}", a, b,
+                        chance=chance, evidence=f"{what} (top-1 / recall){ref}"))
+                a, b, _ = _arms(trows, base, "prednext", "base", "inconsistency_f")
+                claims.append(paired_claim(
+                    f"{task}_{base}_prednext_consistency",
+                    f"{tag}: + PredNext makes the per-step backbone features (the probed features, the paper's f) "
+                    "more consistent over time (lower E_consistency) than the base objective", a, b,
+                    higher_is_better=False, evidence="E_consistency of the backbone spike-rate features"))
+                a, b, _ = _arms(trows, base, "prednext", "base", "inconsistency_z")
+                claims.append(paired_claim(
+                    f"{task}_{base}_prednext_consistency_projector",
+                    f"{tag}: + PredNext makes the per-step projector outputs z (where its losses act) more "
+                    "consistent over time than the base objective", a, b, higher_is_better=False,
+                    evidence="E_consistency of the projector outputs z"))
+            if {"forced", "base"} <= variants:
+                fc, bc, _ = _arms(trows, base, "forced", "base", "inconsistency_z")
+                fm, bm, _ = _arms(trows, base, "forced", "base", "probe_task")
+                claims.append(_all_of(
+                    f"{task}_{base}_forced_consistency_not_accuracy",
+                    f"{tag}: forced consistency lowers E_consistency (of z, where its term acts here) but lowers "
+                    "the linear probe accuracy (the paper's Table 4)",
+                    [paired_claim("consistency", "forced lowers E_consistency(z)", fc, bc, higher_is_better=False),
+                     paired_claim("accuracy", "forced lowers the probe", fm, bm, higher_is_better=False)]))
     return claims
 
 
@@ -156,29 +162,32 @@ def sample_summary(runs: list[dict]) -> dict:
 
 
 def render_table(results: dict, claims: list[dict], speed: list[dict], scale: dict, wall: float) -> str:
-    lines = [f"Moving digits (32x32, T = 8, 8 motion classes, 10 digits), {scale['n_train']} train / "
-             f"{scale['n_test']} test videos, {scale['steps']} pretraining steps at batch {scale['batch']}, "
-             f"{scale['seeds']} seeds; mean ± sample sd over seeds. Probe: linear softmax on frozen, time- and "
-             f"{scale['eval_clips']}-clip-averaged backbone spike rates (top-1 %). E_cons.: temporal "
-             "inconsistency of the per-step features z (lower = more consistent). Run time "
-             f"{wall:.0f} s (wall time of one process, plus the recorded time of runs restored from the cache).", "",
-             "| base | variant | motion probe ↑ | digit probe ↑ | E_cons. (z) ↓ | E_cons. (backbone) ↓ | "
-             "cos(disjoint clips) | feature std (1/√d = " + f"{1 / np.sqrt(scale['proj_dim']):.3f}) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for base, res in results.items():
+    lines = [f"Generated videos (32x32, T = 8): moving digits (8 motion classes) and counting digits (6 orders, "
+             f"labels need the frame order); {scale['n_train']} train / {scale['n_test']} test videos, "
+             f"{scale['steps']} pretraining steps at batch {scale['batch']}, {scale['seeds']} seeds; mean ± sample sd "
+             f"over seeds. Probe: linear softmax on frozen, time- and {scale['eval_clips']}-clip-averaged backbone "
+             f"spike rates; fine-tune: backbone + linear head trained {scale['finetune_steps']} steps on the labels "
+             "(for `init`: training from scratch); R@k: a test clip's k nearest train clips (cosine of the "
+             "backbone features) include its class. E_cons.: temporal inconsistency of the per-step features "
+             f"(lower = more consistent). Run time {wall:.0f} s (one process, plus runs restored from the cache).", "",
+             "| task | base | variant | probe ↑ | fine-tune ↑ | R@1 ↑ | R@5 ↑ | E_cons. (backbone) ↓ | "
+             "E_cons. (z) ↓ | feature std (1/√d = " + f"{1 / np.sqrt(scale['proj_dim']):.3f}) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, base), res in results.items():
         for v, st in res["variants"].items():
-            lines.append(f"| {base} | {v} | {fmt_n(st['probe_motion'])} | {fmt(st['probe_digit'])} | "
-                         f"{fmt(st['inconsistency_z'], 1, 4)} | {fmt(st['inconsistency_f'], 1, 4)} | "
-                         f"{fmt(st['disjoint_clip_cos_z'], 1, 3)} | {fmt(st['z_std'], 1, 4)} |")
+            cell = {k: (fmt(st[k]) if k in st else "–") for k in ("finetune_task", "retrieval_r1", "retrieval_r5")}
+            lines.append(f"| {task} | {base} | {v} | {fmt_n(st['probe_task'])} | {cell['finetune_task']} | "
+                         f"{cell['retrieval_r1']} | {cell['retrieval_r5']} | {fmt(st['inconsistency_f'], 1, 4)} | "
+                         f"{fmt(st['inconsistency_z'], 1, 4)} | {fmt(st['z_std'], 1, 4)} |")
     verdicts = {True: "**held**", False: "**not held**", None: "**inconclusive**"}
     lines += ["", "Claims (paired over seeds; effect = mean paired difference with its 95% t-interval):", "",
-              "| claim | result | n | effect [interval] | evidence |", "|---|---|---|---|---|"]
+              "| claim | result | n | effect [interval] |", "|---|---|---|---|"]
     lines += [f"| {c['statement']} | {verdicts[c['held']]} | {c['n']} | {c['effect']:.4g} "
-              f"[{', '.join('–' if v is None else f'{v:.4g}' for v in c['interval'])}] | {c['evidence']} |"
+              f"[{', '.join('–' if v is None else f'{v:.4g}' for v in c['interval'])}] |"
               for c in claims]
-    lines += ["", "Speed (train steps at T = 8, 32x32, batch 32 on the 2 CPU cores; a PredNext step encodes two views "
-              "and two future clips, base and forced steps skip the future clips):", ""]
-    for base, res in results.items():
+    lines += ["", "Speed (train steps at T = 8, 32x32, batch 32 on the shared 2 CPU cores, median over the "
+              "benchmark's runs; a PredNext step also encodes the future clips):", ""]
+    for (task, base), res in results.items():
         if base == "init":
             continue
         for v in res["variants"]:
@@ -186,11 +195,8 @@ def render_table(results: dict, claims: list[dict], speed: list[dict], scale: di
             t = [r["step_seconds_median"] for r in runs]
             load = [r["load_average"] for r in runs if "load_average" in r]
             if t:
-                lines.append(f"- {base} / {v} step ({'/'.join(map(str, scale['channels']))} channels, first-conv "
-                             f"stride {scale['stem_stride']}), median over the benchmark's runs: "
-                             f"{1 / np.median(t):.2f} steps/s ({np.median(t):.2f} s/step), fastest run "
-                             f"{1 / np.min(t):.2f} steps/s" + (f" (load average {min(load):.1f}-{max(load):.1f} at the "
-                                                            "runs' ends)" if load else ""))
+                lines.append(f"- {task} / {base} / {v}: {1 / np.median(t):.2f} steps/s ({np.median(t):.2f} s/step)"
+                             + (f", load average {min(load):.1f}-{max(load):.1f} at the runs' ends" if load else ""))
     lines += [f"- channels {'/'.join(map(str, s['channels']))}, first-conv stride {s['stem_stride']}: "
               f"{s['steps_per_s']:.2f} steps/s ({s['step_seconds']:.2f} s/step, compile {s['compile_seconds']:.0f} s, "
               f"load average {s['load_average']:.1f})" for s in speed]
@@ -207,26 +213,31 @@ def write_readme_table(text: str) -> None:
 
 
 def summarize_all(rows: list[dict]) -> dict:
-    """{base: {"runs": rows, "variants": per-variant mean/std}} from the finished runs."""
+    """{(task, base): {"runs": rows, "variants": per-variant mean/std}} from the finished runs."""
     out = {}
-    for base in dict.fromkeys(r["base"] for r in rows):
-        runs = [r for r in rows if r["base"] == base]
-        out["init" if base == "none" else base] = {"runs": runs, "variants": sample_summary(runs)}
+    for task, base in dict.fromkeys((r.get("task", "motion"), r["base"]) for r in rows):
+        runs = [r for r in rows if r.get("task", "motion") == task and r["base"] == base]
+        out[(task, "init" if base == "none" else base)] = {"runs": runs, "variants": sample_summary(runs)}
     return out
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bases", nargs="+", default=["simsiam", "simclr"], choices=configs.BASES)
-    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--tasks", nargs="+", default=["order", "motion"], choices=["motion", "order"])
+    p.add_argument("--bases", nargs="+", default=["simsiam", "simclr", "moco"], choices=configs.BASES)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--finetune-steps", type=int, default=40)
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--variants", nargs="+", default=["base", "prednext", "forced"])
-    p.add_argument("--n-train", type=int, default=1024)
-    p.add_argument("--n-test", type=int, default=512)
-    p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--variants", nargs="+", default=["base", "prednext"])
+    p.add_argument("--n-train", type=int, default=384)
+    p.add_argument("--n-test", type=int, default=192)
+    p.add_argument("--eval-clips", type=int, default=2)
+    p.add_argument("--calibrate-batches", type=int, default=40,
+                   help="train-mode forward passes that set the untrained network's BN statistics")
+    p.add_argument("--speed", action="store_true", help="also time a PredNext step on a fixed batch at the end")
     p.add_argument("--render-only", action="store_true",
                    help="train nothing: write the JSON, plots and README table from the cached runs")
-    p.add_argument("--speed-stride1", action="store_true", help="also time the first conv at stride 1 (slow compile)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None,
                    help="train only these seeds (e.g. to run seeds in parallel processes); default: all")
     p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "prednext_bench_runs.jsonl"),
@@ -238,14 +249,20 @@ def main(argv=None):
     if args.claims_from_rows:
         return recompute_claims()
     t0 = time.time()
+    load_start = os.getloadavg()
     cfg0 = configs.bench(args.bases[0], steps=args.steps, seeds=1)
     cfg0 = dataclasses.replace(cfg0, variants=tuple(args.variants),
-                               data=dataclasses.replace(cfg0.data, n_train=args.n_train, n_test=args.n_test))
-    data = None if args.render_only else make_datasets(cfg0.data)
-    scale = {"n_train": args.n_train, "n_test": args.n_test, "steps": args.steps, "batch": cfg0.train.batch_size,
-             "seeds": args.seeds, "eval_clips": cfg0.train.eval_clips, "proj_dim": cfg0.model.proj_dim,
-             "channels": list(cfg0.model.channels), "stem_stride": cfg0.model.stem_stride,
-             "issue_scale": "~1k steps per run (notes); 500 so that the whole benchmark fits the issue's 60 minutes"}
+                               data=dataclasses.replace(cfg0.data, n_train=args.n_train, n_test=args.n_test),
+                               train=dataclasses.replace(cfg0.train, batch_size=args.batch, eval_clips=args.eval_clips,
+                                                         finetune_steps=args.finetune_steps))
+    scale = {"n_train": args.n_train, "n_test": args.n_test, "steps": args.steps, "batch": args.batch,
+             "seeds": args.seeds, "eval_clips": args.eval_clips, "proj_dim": cfg0.model.proj_dim,
+             "finetune_steps": args.finetune_steps, "channels": list(cfg0.model.channels),
+             "stem_stride": cfg0.model.stem_stride, "proj_out_bn": cfg0.model.proj_out_bn,
+             "per_view_bn": cfg0.model.per_view_bn, "moco_queue": cfg0.loss.moco_queue,
+             "moco_momentum": cfg0.loss.moco_momentum, "calibrate_batches": args.calibrate_batches,
+             "issue_scale": "~1k steps at batch 32 per run (notes); 80 at batch 16 so that 36 runs + fine-tuning "
+                            "fit ~25-30 min on the 2-core machine at load ~13"}
     cache = pathlib.Path(args.cache)
     key = json.dumps(scale, sort_keys=True)
 
@@ -254,10 +271,10 @@ def main(argv=None):
         return {k: v for k, v in other.items() if k != "seeds"} == {k: v for k, v in scale.items() if k != "seeds"}
 
     rows = [r for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip())
-            if same_scale(r) and r["seed"] < args.seeds] if cache.exists() else []
+            if same_scale(r) and r["seed"] < args.seeds and r.get("task") in args.tasks] if cache.exists() else []
     for r in rows:
         r["cached"] = True
-    done = {(r["base"], r["variant"], r["seed"]) for r in rows}
+    done = {(r["task"], r["base"], r["variant"], r["seed"]) for r in rows}
     speed: list[dict] = []
     histories: dict = {}
 
@@ -266,10 +283,9 @@ def main(argv=None):
         claims = claims_from_rows(rows)
         wall = time.time() - t0 + sum(r.get("seconds", 0.0) for r in rows if r.get("cached"))
         write_results("prednext", rows=[{k: v for k, v in r.items() if k not in ("scale", "cached")} for r in rows],
-                      claims=claims,
-                      wall_seconds=wall, scale=scale, speed=speed, paper_ucf101_top1=PAPER,
-                      summary={b: r["variants"] for b, r in results.items()}, history=histories,
-                      complete=final)
+                      claims=claims, wall_seconds=wall, scale=scale, speed=speed, paper_ucf101_top1=PAPER,
+                      summary={f"{t}/{b}": r["variants"] for (t, b), r in results.items()}, history=histories,
+                      load_average_start=load_start, load_average_end=os.getloadavg(), complete=final)
         return results, claims, wall
 
     def record(row: dict) -> None:
@@ -279,62 +295,56 @@ def main(argv=None):
             f.write(json.dumps(row) + "\n")
         save()
 
-    # seed-major order: whatever has finished at any time is a complete comparison for its seeds
-    def finished_elsewhere(run: tuple) -> bool:  # another process may have appended it to the cache
-        if not cache.exists():
-            return False
-        return any(same_scale(r) and (r["base"], r["variant"], r["seed"]) == run
-                   for r in (json.loads(x) for x in cache.read_text().splitlines() if x.strip()))
-
     train_seeds = args.train_seeds if args.train_seeds is not None else range(args.seeds)
-    for seed in ([] if args.render_only else train_seeds):
-        for base in args.bases:
-            cfg = dataclasses.replace(cfg0, loss=dataclasses.replace(cfg0.loss, base=base),
-                                      train=dataclasses.replace(cfg0.train, seed=seed))
-            extract = train.programs(train._shape_key(cfg))[4]
-            if ("none", "random_init", seed) not in done:
+    # task-major, then seed-major: whatever has finished at any time is a complete comparison for its seeds
+    for task in ([] if args.render_only else args.tasks):
+        tcfg = dataclasses.replace(cfg0, data=dataclasses.replace(cfg0.data, task=task))
+        data = make_datasets(tcfg.data)
+        extract = train.programs(train.eval_key(tcfg))[4]
+        for seed in train_seeds:
+            scfg = dataclasses.replace(tcfg, train=dataclasses.replace(tcfg.train, seed=seed))
+            if (task, "none", "random_init", seed) not in done:
                 t = time.time()
-                e = train.evaluate_runs(cfg, extract, [train.calibrated_init(cfg, 0, data)], data)[0]
-                record({"base": "none", "variant": "random_init", "seed": seed, **e, "seconds": time.time() - t})
-                done.add(("none", "random_init", seed))
-            for variant in args.variants:
-                if (base, variant, seed) in done or finished_elsewhere((base, variant, seed)):
-                    continue
-                t = time.time()
-                with tempfile.TemporaryDirectory() as tmp:  # the run's checkpoints (resume is per run here)
-                    state, history, step_times = train.train_run(cfg, variant, 0, data, workdir=tmp)
-                e = train.evaluate_runs(cfg, extract, [state], data)[0]
-                histories[f"{base}/{variant}/{seed}"] = history
-                record({"base": base, "variant": variant, "seed": seed, **e, "seconds": time.time() - t,
-                        "step_seconds_median": float(np.median(step_times[1:] or step_times)),
-                        "load_average": os.getloadavg()[0]})
-                print(f"[prednext] {base}/{variant}/seed{seed}: " + json.dumps({k: round(e[k], 4) for k in METRICS}),
-                      flush=True)
+                init_state = train.calibrated_init(scfg, 0, data, batches=args.calibrate_batches)
+                e = train.evaluate_runs(scfg, extract, [init_state], data, seeds=[seed])[0]
+                record({"task": task, "base": "none", "variant": "random_init", "seed": seed, **e,
+                        "seconds": time.time() - t})
+                done.add((task, "none", "random_init", seed))
+            for base in args.bases:
+                cfg = dataclasses.replace(scfg, loss=dataclasses.replace(scfg.loss, base=base))
+                for variant in args.variants:
+                    if (task, base, variant, seed) in done:
+                        continue
+                    t = time.time()
+                    with tempfile.TemporaryDirectory() as tmp:  # the run's checkpoints (resume is per run here)
+                        state, history, step_times = train.train_run(cfg, variant, 0, data, workdir=tmp,
+                                                                     progress_bar=False)
+                    e = train.evaluate_runs(cfg, extract, [state], data, seeds=[seed])[0]
+                    histories[f"{task}/{base}/{variant}/{seed}"] = history
+                    record({"task": task, "base": base, "variant": variant, "seed": seed, **e,
+                            "seconds": time.time() - t,
+                            "step_seconds_median": float(np.median(step_times[1:] or step_times)),
+                            "load_average": os.getloadavg()[0]})
+                    print(f"[prednext] {task}/{base}/{variant}/seed{seed} ({time.time() - t:.0f} s): "
+                          + json.dumps({k: round(e[k], 4) for k in METRICS if k in e}), flush=True)
     results = summarize_all(rows)
-    plots = []
-    for base, res in results.items():
+    for (task, base), res in results.items():
         if base == "init":
             continue
         st = res["variants"]
-        plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_motion_probe.png",
-                                  {v: 100 * st[v]["probe_motion"]["mean"] for v in st},
-                                  {v: 100 * st[v]["probe_motion"]["std"] for v in st},
-                                  title=f"{base}: motion linear probe (%)", ylabel="top-1 %")))
-        plots.append(str(bar_plot(RESULTS_DIR / f"prednext_{base}_consistency.png",
-                                  {v: st[v]["inconsistency_z"]["mean"] for v in st},
-                                  {v: st[v]["inconsistency_z"]["std"] for v in st},
-                                  title=f"{base}: temporal inconsistency (lower = more consistent)",
-                                  ylabel="E_consistency")))
-    if not args.no_speed:
+        for metric, title in (("probe_task", "linear probe (%)"), ("finetune_task", "fine-tuning (%)")):
+            if all(metric in st[v] for v in st):
+                bar_plot(RESULTS_DIR / f"prednext_{task}_{base}_{metric}.png",
+                         {v: 100 * st[v][metric]["mean"] for v in st}, {v: 100 * st[v][metric]["std"] for v in st},
+                         title=f"{task} / {base}: {title}", ylabel="top-1 %")
+    if args.speed:
         speed.append(step_speed(cfg0))
-        if args.speed_stride1:
-            full = dataclasses.replace(cfg0, model=dataclasses.replace(cfg0.model, stem_stride=1))
-            speed.append(step_speed(full))
         print("[prednext] speed", speed, flush=True)
     results, claims, wall = save(final=True)
     write_readme_table(render_table(results, claims, speed, scale, wall))
     for c in claims:
-        print(f"[prednext] {({True: 'HELD', False: 'NOT HELD', None: 'INCONCLUSIVE'})[c['held']]}: {c['id']}")
+        print(f"[prednext] {({True: 'HELD', False: 'NOT HELD', None: 'INCONCLUSIVE'})[c['held']]}: {c['id']} "
+              f"{c['effect']:.4g} {c['interval']}")
 
 
 def recompute_claims() -> int:
@@ -345,7 +355,7 @@ def recompute_claims() -> int:
     claims = claims_from_rows(rows)
     results = summarize_all(rows)
     record["claims"] = claims
-    record["summary"] = {b: r["variants"] for b, r in results.items()}
+    record["summary"] = {f"{t}/{b}": r["variants"] for (t, b), r in results.items()}
     record["claims_recomputed"] = f"{git_commit()[:7]} (from the stored rows)"
     path.write_text(json.dumps(record, indent=2) + "\n")
     write_readme_table(render_table(results, claims, record.get("speed", []), record["scale"],

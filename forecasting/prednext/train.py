@@ -27,7 +27,7 @@ from core.plots import bar_plot, line_plot
 from core.train import fit, write_metrics
 
 from . import losses as L
-from .configs import VARIANTS, Config
+from .configs import VARIANTS, Config, LossConfig
 from .data import TASK_LABELS, ClipSampler, make_datasets, make_views, to_float
 from .model import PredNextModel
 
@@ -177,6 +177,12 @@ def _shape_key(config: Config) -> Config:
     return dataclasses.replace(config, variants=("base",), data=data, train=train)
 
 
+def eval_key(config: Config) -> Config:
+    """`_shape_key` without the loss: evaluation programs (feature extraction, fine-tuning) are the same for
+    every base objective."""
+    return dataclasses.replace(_shape_key(config), loss=LossConfig())
+
+
 @functools.lru_cache(maxsize=8)
 def programs(config: Config):
     """(graphdef, init_fn, tx, step, extract, calibrate), compiled once per model/loss shape and reused by
@@ -307,7 +313,7 @@ def finetune(config: Config, extract, state: SSLState, data: dict, label: str, *
     (batches from the train videos, sampler seed `seed`); evaluated on the eval clips (features averaged)."""
     ytr, yte = data["train"][label], data["test"][label]
     classes = int(max(ytr.max(), yte.max())) + 1
-    init, step = finetune_programs(_shape_key(config), classes)
+    init, step = finetune_programs(eval_key(config), classes)
     ft = init(state.params, state.stats)
     sampler = ClipSampler(data["train"]["video"], {label: ytr}, config.data, config.train.batch_size,
                           seed=10_000 + seed)
@@ -429,7 +435,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, data: dic
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     data = make_datasets(config.data) if data is None else data
-    extract = programs(_shape_key(config))[4]
+    extract = programs(eval_key(config))[4]
     runs = run_names(config)
     states, histories, times = [], [], []
     for variant, seed in runs:
