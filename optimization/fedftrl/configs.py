@@ -36,14 +36,14 @@ class Config:
     K: int = 20                                  # arms (ignored for movielens: the number of genres)
     seeds: int = 50                              # independent runs (new instance and randomness each)
     seed: int = 0
-    topologies: tuple[str, ...] = ("complete", "grid", "rgg")
-    algorithms: tuple[str, ...] = ALGORITHMS
+    topologies: tuple[str, ...] = ("complete", "grid", "rgg")   # communication graphs: complete, ring, grid, rgg
+    algorithms: tuple[str, ...] = ALGORITHMS     # algorithms to run: fedftrl, fedexp3, fedexp3_default, gucb, ind_ftrl
     epsilons: tuple[float, ...] = (0.1, 0.5, 5.0, 10.0)   # FedFTRL-eps runs (C^P_t scaled by eps); () skips
-    eps_topologies: tuple[str, ...] = ("grid",)
+    eps_topologies: tuple[str, ...] = ("grid",)   # graphs the FedFTRL-eps runs use
     lr_scales: tuple[float, ...] = ()            # FedFTRL-lr runs: algo.lr_scale replaced by each, every topology
-    gossip: str = "max_degree"
-    rgg_radius: float = 0.5
-    rgg_seed: int = 0
+    gossip: str = "max_degree"                   # gossip matrix rule: max_degree, metropolis, fastest
+    rgg_radius: float = 0.5                      # random geometric graph: edge radius on the unit square
+    rgg_seed: int = 0                            # random geometric graph: seed of its points
     noise_sd: float = 0.1                        # Gaussian feedback sd (variance 0.01), clipped to [0, 1]
     corruption_rounds: int = 300                 # setting "corrupted": losses flipped for t <= this
     gap: float = 0.2                             # "adversarial": gap of the current best arm; "constant_gap": its gap
