@@ -20,29 +20,29 @@ from generative.hoi.env import ARMS, TASKS
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HOIConfig:
-    tasks: tuple[str, ...] = tuple(TASKS)
+    tasks: tuple[str, ...] = tuple(TASKS)  # tasks to train: push, carry, open, open_push
     command: str = ""  # a command of the template grammar to train on instead of `tasks` (arms rmd / coc)
-    arms: tuple[str, ...] = ARMS
+    arms: tuple[str, ...] = ARMS  # reward arms to train: rmd (compiled RMD), hand (engineered), coc (chain of contacts)
     seeds: int = 5  # per task x arm; all runs train together in one vmapped jit
-    n_envs: int = 4096
+    n_envs: int = 4096  # parallel environments per run
     horizon: int = 100  # episode length = rollout length (episodes reset every update)
-    updates: int = 250
+    updates: int = 250  # PPO updates per run (rounded up to whole chunks)
     chunk: int = 10  # updates per jitted call (the progress bar ticks per chunk)
-    epochs: int = 4
-    minibatches: int = 4
-    gamma: float = 0.99
-    lam: float = 0.95
-    clip: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    lr: float = 3e-4
-    anneal_lr: bool = True
-    max_grad_norm: float = 0.5
-    hidden: int = 64
-    eval_envs: int = 256
-    dt: float = 0.05
-    substeps: int = 4
-    strip_frames: int = 8
+    epochs: int = 4  # PPO epochs over each rollout
+    minibatches: int = 4  # minibatches per PPO epoch (divides n_envs * horizon)
+    gamma: float = 0.99  # discount factor
+    lam: float = 0.95  # GAE lambda
+    clip: float = 0.2  # PPO ratio clip epsilon
+    vf_coef: float = 0.5  # value-loss coefficient
+    ent_coef: float = 0.0  # entropy-bonus coefficient
+    lr: float = 3e-4  # Adam learning rate (start of the linear anneal when anneal_lr)
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 over training
+    max_grad_norm: float = 0.5  # global gradient-norm clip
+    hidden: int = 64  # width of the policy's and the value net's two hidden layers
+    eval_envs: int = 256  # fresh-start episodes of the mean-action policy at evaluation
+    dt: float = 0.05  # environment step, in seconds
+    substeps: int = 4  # physics substeps per environment step (dt / substeps <= 0.015 s)
+    strip_frames: int = 8  # frames per rendered frame strip (PNG, seed 0 of each task x arm)
     seed: int = 0
 
     def __post_init__(self):
