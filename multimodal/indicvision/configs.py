@@ -21,28 +21,28 @@ from core.config import check
 class Config:
     seed: int = 0
     # training data per language (Hindi, Bengali, Tamil): deliberately unequal
-    ocr_train: tuple[int, ...] = (1200, 400, 100)
-    vqa_train: tuple[int, ...] = (300, 100, 25)
-    mmt_train: tuple[int, ...] = (300, 100, 25)
-    test_per_language: int = 50
+    ocr_train: tuple[int, ...] = (1200, 400, 100)  # OCR word images per language
+    vqa_train: tuple[int, ...] = (300, 100, 25)  # VQA scenes (all six question types) per language
+    mmt_train: tuple[int, ...] = (300, 100, 25)  # MMT captioned images per language (that language's reference only)
+    test_per_language: int = 50       # test rows per language of each task (OCR, VQA, MMT)
     ocr_lexicon: int = 40             # words per script the OCR images show (0: a fresh random word each)
-    image_size: int = 48
+    image_size: int = 48              # rendered image side, in pixels
     # model
-    patch_size: int = 8
-    vit_width: int = 48
-    vit_depth: int = 1
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
+    patch_size: int = 8               # ViT patch side, in pixels (divides image_size)
+    vit_width: int = 48               # ViT width (its heads: width // 16, at least 1)
+    vit_depth: int = 1                # ViT blocks
+    hidden_size: int = 64             # language-model width
+    num_layers: int = 2               # language-model layers
+    num_heads: int = 4                # language-model attention heads
     # training
     steps: int = 1500
     batch_size: int = 16
     lr: float = 2e-3
     warmup_steps: int = 100
     length_bucket: int = 16           # batches padded to a multiple of this (a few compiles); 0: all to the longest
-    eval_batch_size: int = 64
+    eval_batch_size: int = 64         # prompts per generation batch when the harness scores
     ckpt_every: int = 250             # steps between checkpoints of a run folder's training (resumed on a rerun)
-    plot: bool = True
+    plot: bool = True                 # write loss.png and ocr_anls_char.png in the run folder
 
     def __post_init__(self):
         for name in ("ocr_train", "vqa_train", "mmt_train"):
