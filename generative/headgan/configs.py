@@ -24,28 +24,59 @@ MODES: dict[str, dict[str, float]] = {
 REGIMES = ("imbalanced", "balanced")
 
 
+FLAGS = ("vicico", "mbstd", "maplr")  # arm flags after the regime; "+fix" is "+mbstd+maplr" (the collapse remedy)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Arm:
-    """One training run: a conditioning mode on one data regime, with or without ViCiCo."""
+    """One training run: a conditioning mode on one data regime, with or without ViCiCo, the collapse remedy
+    (D's minibatch-stddev layer, the mapping network's lr multiplier) and an arm-specific GPC probability."""
 
     mode: Literal["camera", "camera_semantic", "semantic", "none"] = "semantic"
     regime: Literal["imbalanced", "balanced"] = "balanced"
     vicico: bool = False
+    mbstd: bool = False  # D sees the minibatch standard deviation (StyleGAN2/EG3D epilogue)
+    maplr: bool = False  # the mapping network learns at train.map_lr_mult x the G learning rate (EG3D 0.01)
+    gpc: float | None = None  # GPC swap probability of this arm (None: train.gpc_prob)
+
+    @property
+    def fix(self) -> bool:
+        return self.mbstd and self.maplr
 
     @property
     def name(self) -> str:
-        return f"{self.mode}/{self.regime}" + ("+vicico" if self.vicico else "")
+        s = f"{self.mode}/{self.regime}" + ("+vicico" if self.vicico else "")
+        s += "+fix" if self.fix else ("+mbstd" if self.mbstd else "") + ("+maplr" if self.maplr else "")
+        return s + (f"+gpc={self.gpc:g}" if self.gpc is not None else "")
 
 
 def parse_arm(text: str) -> Arm:
-    """'semantic/balanced+vicico' -> Arm(mode='semantic', regime='balanced', vicico=True)."""
-    vicico = text.endswith("+vicico")
-    body = text[: -len("+vicico")] if vicico else text
+    """'camera/imbalanced+fix+gpc=0.5' -> Arm(mode='camera', regime='imbalanced', mbstd=True, maplr=True, gpc=0.5).
+
+    Flags after MODE/REGIME, in any order: +vicico, +mbstd, +maplr, +fix (= +mbstd+maplr), +gpc=P (P in [0, 1])."""
+    body, *flags = text.split("+")
     mode, _, regime = body.partition("/")
+    expected = (f"expected MODE/REGIME[+vicico][+fix|+mbstd|+maplr][+gpc=P] with MODE in {list(MODES)} and "
+                f"REGIME in {list(REGIMES)}")
     if mode not in MODES or regime not in REGIMES:
-        raise BadInputError(f"arm {text!r}: expected MODE/REGIME[+vicico] with MODE in {list(MODES)} and "
-                            f"REGIME in {list(REGIMES)}")
-    return Arm(mode=mode, regime=regime, vicico=vicico)
+        raise BadInputError(f"arm {text!r}: {expected}")
+    kw: dict = {}
+    for f in flags:
+        if f in FLAGS:
+            kw[f] = True
+        elif f == "fix":
+            kw["mbstd"] = kw["maplr"] = True
+        elif f.startswith("gpc="):
+            try:
+                p = float(f[4:])
+            except ValueError:
+                p = -1.0
+            if not 0 <= p <= 1:
+                raise BadInputError(f"arm {text!r}: gpc={f[4:]!r}: expected a probability in [0, 1]")
+            kw["gpc"] = p
+        else:
+            raise BadInputError(f"arm {text!r}: unknown flag {f!r}; {expected}")
+    return Arm(mode=mode, regime=regime, **kw)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,10 +140,11 @@ class ModelConfig:
     sr_channels: int = 128
     d_channels: int = 128
     d_embed: int = 256
+    mbstd_group: int = 4  # group size of D's minibatch-stddev layer in arms with +mbstd/+fix (EG3D 4)
 
     def __post_init__(self):
         for name in ("z_dim", "w_dim", "map_layers", "cond_embed", "syn_channels", "plane_channels",
-                     "decoder_hidden", "n_coarse", "sr_channels", "d_channels", "d_embed"):
+                     "decoder_hidden", "n_coarse", "sr_channels", "d_channels", "d_embed", "mbstd_group"):
             check(getattr(self, name) >= 1, f"model.{name}", getattr(self, name), "an integer >= 1")
         check(self.plane_res >= 8 and (self.plane_res & (self.plane_res - 1)) == 0, "model.plane_res",
               self.plane_res, "a power of two >= 8")
@@ -132,12 +164,14 @@ class TrainConfig:
     r1_gamma: float = 1.0
     gpc_prob: float = 0.7  # generator pose conditioning: swap probability for camera-conditioned G (PanoHead)
     vicico_weight: float = 1.0  # weight of the ViCiCo term relative to the NS loss (unknown in the paper)
+    map_lr_mult: float = 0.01  # lr multiplier of the mapping net and condition embedding in +maplr/+fix arms (EG3D)
     # G_ema, evaluated everywhere (StyleGAN2/EG3D): half-life ema_kimg * batch / 32 thousand images, capped at
     # ema_rampup x the images seen so far; ema_kimg=0 evaluates the raw generator
     ema_kimg: float = 10.0
     ema_rampup: float = 0.05
     eval_every: int = 500
-    eval_samples: int = 512
+    eval_samples: int = 1024  # samples per view bin in the final evaluation (FD, z-diversity)
+    curve_samples: int = 256  # samples of the FD-random evaluated during training (the curves)
     seed: int = 0
     fast_compile: bool = False  # XLA optimisation level 0: faster compiles, slower steps (tests)
 
@@ -150,10 +184,12 @@ class TrainConfig:
         check(self.r1_gamma >= 0, "train.r1_gamma", self.r1_gamma, "a number >= 0")
         check(0 <= self.gpc_prob <= 1, "train.gpc_prob", self.gpc_prob, "a number in [0, 1]")
         check(self.vicico_weight >= 0, "train.vicico_weight", self.vicico_weight, "a number >= 0")
+        check(self.map_lr_mult > 0, "train.map_lr_mult", self.map_lr_mult, "a number > 0")
         check(self.ema_kimg >= 0, "train.ema_kimg", self.ema_kimg, "a number >= 0 (0: no G_ema)")
         check(self.ema_rampup > 0, "train.ema_rampup", self.ema_rampup, "a number > 0")
         check(self.eval_every >= 1, "train.eval_every", self.eval_every, "an integer >= 1")
-        check(self.eval_samples >= 8, "train.eval_samples", self.eval_samples, "an integer >= 8")
+        check(self.eval_samples >= 16, "train.eval_samples", self.eval_samples, "an integer >= 16")
+        check(self.curve_samples >= 8, "train.curve_samples", self.curve_samples, "an integer >= 8")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,6 +208,10 @@ class Config:
                 parse_arm(a)
             except ValueError as e:
                 check(False, "arms", self.arms, str(e).split(": expected ")[-1])
+        if any(parse_arm(a).mbstd for a in self.arms):
+            g = self.model.mbstd_group
+            check(self.train.batch_size % g == 0, "model.mbstd_group", g,
+                  f"a divisor of train.batch_size={self.train.batch_size} (an arm uses the minibatch-stddev layer)")
         check(self.data.res % self.model.raw_res == 0 and self.data.res >= self.model.raw_res, "model.raw_res",
               self.model.raw_res, f"a divisor of data.res={self.data.res}")
 
@@ -192,8 +232,8 @@ def tiny() -> Config:
         model=_small_model(z_dim=8, w_dim=16, cond_embed=8, syn_channels=8, plane_res=8, plane_channels=4,
                            decoder_hidden=8, feat_dim=4, raw_res=8, n_coarse=4, n_fine=4, sr_channels=8,
                            d_channels=8, d_embed=8),
-        train=TrainConfig(steps=4, batch_size=8, eval_every=2, eval_samples=16, fast_compile=True),
-        arms=("camera/imbalanced", "semantic/balanced+vicico"),
+        train=TrainConfig(steps=4, batch_size=8, eval_every=2, eval_samples=16, curve_samples=16, fast_compile=True),
+        arms=("camera/imbalanced", "semantic/balanced+vicico+fix"),
     )
 
 
@@ -211,16 +251,40 @@ def demo() -> Config:
     )
 
 
+#: The benchmark's arms (issue 43), all on balanced multi-view data as the paper's conditioning ablation:
+#: camera conditioning without and with the collapse remedy, the GPC sweep {0, 0.5, 0.7} with it, view + semantic
+#: (the paper's 46.24 FID-random row), unconditional G, semantic, semantic + ViCiCo.
+BENCH_ARMS = ("camera/balanced", "camera/balanced+fix", "camera/balanced+fix+gpc=0", "camera/balanced+fix+gpc=0.5",
+              "camera_semantic/balanced+fix", "none/balanced+fix", "semantic/balanced+fix",
+              "semantic/balanced+fix+vicico")
+
+
 def bench() -> Config:
-    """The benchmark's setting (benchmarks/headgan.py), sized for the idle 2-core machine: 32 px output from 16 px
-    volume rendering with 8 + 8 samples per ray, 960 steps of batch 8 per arm and seed (1.6 s per step for the five
-    arms, measured 2026-12-01; the benchmark trains two seeds). The earlier 16 px setting:
-    `--set data.res=16 model.raw_res=8`."""
+    """The benchmark's setting (benchmarks/headgan.py), sized for the loaded 2-core machine: 16 px output from 8 px
+    volume rendering with 8 + 8 samples per ray, batch 8, the eight BENCH_ARMS vmapped, 60 steps (480 images per
+    arm; 0.38 s per arm and step at 16 px and 0.65 s at 32 px measured 2026-12-02 at load ~3, and the machine was
+    at load ~12), 1,024 evaluation samples per bin; the benchmark trains three seeds. The 32 px setting:
+    `--set data.res=32 model.raw_res=16`; longer: `--steps 960 --eval-every 120`."""
     return Config(
-        data=DataConfig(res=32, n_images=1024, views_per_id=8),
+        data=DataConfig(res=16, n_images=1024, views_per_id=8),
         encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=1024, steps=200),
-        model=_small_model(raw_res=16, n_coarse=8, n_fine=8, d_channels=16, sr_channels=16),
-        train=TrainConfig(steps=960, batch_size=8, eval_every=120, eval_samples=128),
+        model=_small_model(raw_res=8, n_coarse=8, n_fine=8, d_channels=16, sr_channels=16),
+        train=TrainConfig(steps=60, batch_size=8, eval_every=20, eval_samples=1024, curve_samples=128),
+        arms=BENCH_ARMS,
+    )
+
+
+def gpu() -> Config:
+    """The benchmark at 64 px on one GPU (unrun here): 32 px volume rendering with 24 + 24 samples, 3x64x64x16
+    tri-planes, batch 32, 20k steps (640k images per arm), 2,048 evaluation samples per bin.
+    `python benchmarks/headgan.py --preset gpu --seeds 0,1,2`."""
+    return Config(
+        data=DataConfig(res=64, n_images=16384, views_per_id=8),
+        encoder=EncoderConfig(sem_dim=32, feat_dim=64, channels=32, n_train=4096, steps=1000),
+        model=_small_model(raw_res=32, plane_res=64, plane_channels=16, syn_channels=64, decoder_hidden=64,
+                           feat_dim=16, n_coarse=24, n_fine=24, sr_channels=32, d_channels=32),
+        train=TrainConfig(steps=20_000, batch_size=32, eval_every=1000, eval_samples=2048, curve_samples=512),
+        arms=BENCH_ARMS,
     )
 
 
@@ -234,4 +298,4 @@ def paper() -> Config:
                   train=TrainConfig(steps=200_000, batch_size=32, eval_every=5000, eval_samples=4096))
 
 
-PRESETS = {"tiny": tiny(), "demo": demo(), "bench": bench(), "paper": paper()}
+PRESETS = {"tiny": tiny(), "demo": demo(), "bench": bench(), "gpu": gpu(), "paper": paper()}

@@ -219,10 +219,14 @@ class Generator(nnx.Module):
         return sigma.reshape(points.shape[:-1]), feats.reshape(points.shape[:-1] + (-1,))
 
     def __call__(self, z, cond, yaw, pitch, key: jax.Array | None = None) -> dict:
+        return self.synthesize(self.map(z, cond), yaw, pitch, key)
+
+    def synthesize(self, w, yaw, pitch, key: jax.Array | None = None) -> dict:
+        """Render w (B, w_dim) from cameras (yaw, pitch) (B,): the generator after the mapping network (the
+        space GAN inversion optimises)."""
         cfg = self.cfg
-        w = self.map(z, cond)
         planes = self.planes(w)
-        keys = jax.random.split(key, z.shape[0]) if key is not None else None
+        keys = jax.random.split(key, w.shape[0]) if key is not None else None
 
         def one(p, yw, pt, k):
             o, d = camera_rays(yw, pt, cfg.raw_res)
@@ -241,20 +245,35 @@ class Generator(nnx.Module):
         return {"image": image, "raw": raw, "mask": r["opacity"][..., None], "depth": r["depth"]}
 
 
+def minibatch_std(x: jax.Array, group: int) -> jax.Array:
+    """StyleGAN2's minibatch-stddev feature (B, H, W, 1): the std of each feature over a group of `group`
+    examples (consecutive in the batch), averaged over features and positions, broadcast to every member of the
+    group. A collapsed generator's batch has a std near 0 where real batches do not, so D can tell them apart."""
+    b, h, w, c = x.shape
+    g = min(group, b)
+    if b % g:
+        raise ValueError(f"batch of {b}: the minibatch-stddev group {g} must divide it")
+    y = x.reshape(b // g, g, h, w, c)
+    s = jnp.sqrt(jnp.var(y, axis=1) + 1e-8).mean((1, 2, 3))  # (B / g,)
+    return jnp.broadcast_to(jnp.repeat(s, g)[:, None, None, None], (b, h, w, 1))
+
+
 class Discriminator(nnx.Module):
-    """Dual discriminator on concat(image, upsampled raw, upsampled mask) with a projection condition head."""
+    """Dual discriminator on concat(image, upsampled raw, upsampled mask) with a projection condition head; the
+    last 4x4 features carry one more channel, the minibatch stddev, scaled by `mbstd` (0: switched off, the
+    network without it)."""
 
     def __init__(self, cfg: ModelConfig, cond_dim: int, res: int, *, rngs: nnx.Rngs):
         c = cfg.d_channels
         n_down = int(math.log2(res // 4))
         chans = [7] + [min(c * 2 ** max(i - 1, 0), 4 * c) for i in range(n_down + 1)]
         self.convs = nnx.List([nnx.Conv(a, b, (3, 3), rngs=rngs) for a, b in zip(chans[:-1], chans[1:])])
-        self.fc = nnx.Linear(4 * 4 * chans[-1], cfg.d_embed, rngs=rngs)
+        self.fc = nnx.Linear(4 * 4 * (chans[-1] + 1), cfg.d_embed, rngs=rngs)
         self.out = nnx.Linear(cfg.d_embed, 1, rngs=rngs)
         self.cmap = MLP([cond_dim, cfg.d_embed, cfg.d_embed], rngs=rngs)
-        self.res = res
+        self.res, self.group = res, cfg.mbstd_group
 
-    def __call__(self, image, raw, mask, cond) -> jax.Array:
+    def __call__(self, image, raw, mask, cond, mbstd: jax.Array | float = 0.0) -> jax.Array:
         f = self.res // raw.shape[1]
         x = jnp.concatenate([image, upsample(raw, f), upsample(mask, f) * 2 - 1], -1)
         for i, conv in enumerate(self.convs):
@@ -262,6 +281,7 @@ class Discriminator(nnx.Module):
             if i > 0:
                 b, h, w, c = x.shape
                 x = x.reshape(b, h // 2, 2, w // 2, 2, c).mean((2, 4))
+        x = jnp.concatenate([x, minibatch_std(x, self.group) * mbstd], -1)
         h = lrelu(self.fc(x.reshape(x.shape[0], -1)))
         e = self.cmap(cond)
         return self.out(h)[:, 0] + jnp.sum(h * e, -1) / math.sqrt(h.shape[-1])

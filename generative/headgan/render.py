@@ -55,7 +55,7 @@ def ray_sphere(origins: jax.Array, dirs: jax.Array, radius: float = BOUND_RADIUS
     c = jnp.sum(origins * origins, -1) - radius**2
     disc = b * b - c
     hit = disc > 0
-    root = jnp.sqrt(jnp.maximum(disc, 0.0))
+    root = jnp.where(hit, jnp.sqrt(jnp.where(hit, disc, 1.0)), 0.0)  # no NaN gradient where a ray misses
     return jnp.maximum(-b - root, 0.0), jnp.maximum(-b + root, 0.0), hit
 
 

@@ -9,6 +9,7 @@ distribution), as EG3D and the paper do.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -30,15 +31,29 @@ from .data import prepare, to_float
 from .model import CAM_DIM, Discriminator, Generator, camera_code
 from .render import chunked
 
-SWITCHES = ("g_cam", "g_sem", "d_cam", "d_sem", "gpc", "vicico")
+SWITCHES = ("g_cam", "g_sem", "d_cam", "d_sem", "gpc", "vicico", "mbstd", "map_lr")
 
 
 def arm_switches(config: Config, arm: str) -> np.ndarray:
+    """The arm as numbers (SWITCHES): the conditions G and D see, the GPC probability (camera-conditioned G only),
+    the ViCiCo weight, the minibatch-stddev scale (0/1) and the mapping network's lr multiplier (1: none)."""
     a = parse_arm(arm)
     m = MODES[a.mode]
-    gpc = config.train.gpc_prob if m["g_cam"] else 0.0
+    gpc = (config.train.gpc_prob if a.gpc is None else a.gpc) if m["g_cam"] else 0.0
     return np.array([m["g_cam"], m["g_sem"], m["d_cam"], m["d_sem"], gpc,
-                     config.train.vicico_weight if a.vicico else 0.0], np.float32)
+                     config.train.vicico_weight if a.vicico else 0.0, float(a.mbstd),
+                     config.train.map_lr_mult if a.maplr else 1.0], np.float32)
+
+
+MAPPING = ("cond", "mapping")  # the generator's parameters that the mapping lr multiplier scales (EG3D: mapping)
+
+
+def scale_mapping(updates, mult):
+    """Multiply the generator's Adam updates of the mapping network and condition embedding by `mult` (an lr
+    multiplier: Adam's update is proportional to the lr)."""
+    def f(path, u):
+        return u * mult if getattr(path[0], "key", None) in MAPPING else u
+    return jax.tree_util.tree_map_with_path(f, updates)
 
 
 def make_models(config: Config):
@@ -110,8 +125,8 @@ def make_train_step(config: Config, graphdefs: dict, tx: dict):
     tc, mc = config.train, config.model
     factor = config.data.res // mc.raw_res
 
-    def D(dp, image, raw, mask, cond):
-        return nnx.merge(graphdefs["d"], dp)(image, raw, mask, cond)
+    def D(dp, image, raw, mask, cond, mbstd):
+        return nnx.merge(graphdefs["d"], dp)(image, raw, mask, cond, mbstd)
 
     def step(state: TrainState, batch: dict, sw: jax.Array):
         key = jax.random.fold_in(state.key, state.step)
@@ -136,9 +151,9 @@ def make_train_step(config: Config, graphdefs: dict, tx: dict):
         d_mis_cond = jnp.concatenate([cam_sh * sw[2], sem_sh * sw[3]], -1)
 
         def d_loss(dp):
-            lf = D(dp, fake["image"], fake["raw"], fake["mask"], d_fake_cond)
-            lr, r1 = L.r1_penalty(lambda x: D(dp, x["image"], x["raw"], x["mask"], d_real_cond), real)
-            lv = D(dp, real["image"], real["raw"], real["mask"], d_mis_cond)
+            lf = D(dp, fake["image"], fake["raw"], fake["mask"], d_fake_cond, sw[6])
+            lr, r1 = L.r1_penalty(lambda x: D(dp, x["image"], x["raw"], x["mask"], d_real_cond, sw[6]), real)
+            lv = D(dp, real["image"], real["raw"], real["mask"], d_mis_cond, sw[6])
             adv = L.d_loss_ns(lr, lf)
             vic = L.vicico_loss(lv)
             total = adv + 0.5 * tc.r1_gamma * r1 + sw[5] * vic
@@ -148,7 +163,7 @@ def make_train_step(config: Config, graphdefs: dict, tx: dict):
             jax.tree.map(jax.lax.stop_gradient, state.params["d"]))
 
         def g_loss(f):
-            return L.g_loss_ns(D(state.params["d"], f["image"], f["raw"], f["mask"], d_fake_cond))
+            return L.g_loss_ns(D(state.params["d"], f["image"], f["raw"], f["mask"], d_fake_cond, sw[6]))
 
         g_total, f_grad = jax.value_and_grad(g_loss)(fake)
         (g_grads,) = g_vjp(f_grad)
@@ -156,6 +171,8 @@ def make_train_step(config: Config, graphdefs: dict, tx: dict):
         new_params, new_opt = {}, {}
         for k in ("g", "d"):
             updates, new_opt[k] = tx[k].update(grads[k], state.opt_state[k], state.params[k])
+            if k == "g":
+                updates = scale_mapping(updates, sw[7])
             new_params[k] = optax.apply_updates(state.params[k], updates)
         beta = ema_beta(config, ((state.step + 1) * b).astype(jnp.float32))
         new_params["g_ema"] = jax.tree.map(lambda e, g: g + beta * (e - g), state.params["g_ema"], new_params["g"])
@@ -188,7 +205,7 @@ def make_chunk_fn(config: Config, step, n_steps: int):
 def make_generate_fn(config: Config, graphdefs: dict, chunk: int = 64):
     """generate(g_params, z, cond, yaw, pitch) -> (images (N, res, res, 3) in [-1, 1], masks (N, r, r)),
     deterministic ray samples, jitted in fixed-size chunks."""
-    chunk = min(chunk, config.train.eval_samples)
+    chunk = min(chunk, config.train.eval_samples, config.train.curve_samples)
 
     @functools.partial(jax.jit, compiler_options=compiler_options(config))
     def gen_chunk(gp, z, cond, yaw, pitch):
@@ -201,8 +218,14 @@ def make_generate_fn(config: Config, graphdefs: dict, chunk: int = 64):
     return generate
 
 
-@functools.lru_cache(maxsize=4)
 def _programs(config: Config, steps_per_chunk: int):
+    """The compiled programs do not depend on the seed: one compile serves every seed of a benchmark."""
+    return _programs_cached(dataclasses.replace(config, train=dataclasses.replace(config.train, seed=0)),
+                            steps_per_chunk)
+
+
+@functools.lru_cache(maxsize=4)
+def _programs_cached(config: Config, steps_per_chunk: int):
     graphdefs, init = make_models(config)
     tx = make_optimizer(config)
     step = make_train_step(config, graphdefs, tx)
@@ -263,7 +286,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         history["metrics"].append({k: np.asarray(v).tolist() for k, v in m.items()})
         for i, a in enumerate(arms):
             gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
-            history["fd_random"][a].append(float(evaluator.fd_random(generate, gp, a, seed=c)))
+            history["fd_random"][a].append(float(evaluator.fd_random(generate, gp, a, seed=c,
+                                                                     n=tc.curve_samples)))
         log.write({"step": (c + 1) * every, "images_seen": seen,
                    **{f"{k}/{a}": float(np.asarray(v)[i]) for k, v in m.items() for i, a in enumerate(arms)},
                    **{f"fd_random/{a}": history["fd_random"][a][-1] for a in arms}})
