@@ -20,13 +20,13 @@ class Config:
     """Simulated-oracle BO runs: every (problem, arm, seed) is one BO loop of `iterations` rounds, the whole
     loop one `lax.scan`, arms and seeds vmapped. Defaults follow the paper's toy driver (q = 1 here)."""
 
-    problems: tuple[str, ...] = ("hartmann6", "crossed_barrel", "hplc", "lnp3")
-    arms: tuple[str, ...] = ARMS
+    problems: tuple[str, ...] = ("hartmann6", "crossed_barrel", "hplc", "lnp3")  # benchmark functions / Olympus pools
+    arms: tuple[str, ...] = ARMS  # preference arms: none, aligned, misaligned, random, aligned_soft, pibo
     seeds: int = 20
     seed_batch: int = 2  # seeds vmapped together (memory), the rest mapped sequentially
-    iterations: int = 30
-    n_init: int = 2
-    q: int = 1
+    iterations: int = 30  # BO rounds after the initial design
+    n_init: int = 2  # initial design: uniform random points (pools: random rows)
+    q: int = 1  # points proposed per BO round (q > 1: sequential greedy qLogEI)
     n_grid: int = 512  # the fixed Sobol grid G of the lift
     n_candidates: int = 8192  # Sobol candidates for continuous problems (pools use their rows)
     confidence: float = 0.8  # simulated oracle confidence c
