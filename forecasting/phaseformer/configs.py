@@ -48,42 +48,42 @@ class Config:
     ``train_drop_last``: the released loader drops the last partial training batch and so do the ``phaseformer()``
     presets, while the default (used by the baselines) keeps it as a masked step, as the current TSL loader does."""
 
-    model: Literal["phaseformer", "sparsetsf", "dlinear"] = "phaseformer"
+    model: Literal["phaseformer", "sparsetsf", "dlinear"] = "phaseformer"  # PhaseFormer, or a linear baseline
     dataset: str = "ETTh1"            # an ETT name (shipped) or a path to a CSV in the same layout
-    split: Literal["auto", "ett_hour", "ett_minute", "ratio"] = "auto"
-    seq_len: int = 720
-    pred_len: int = 96
+    split: Literal["auto", "ett_hour", "ett_minute", "ratio"] = "auto"  # auto: ETT 12/4/4-month split, else 70/10/20
+    seq_len: int = 720                # look-back window L, in time steps
+    pred_len: int = 96                # forecast horizon H, in time steps
     # PhaseFormer
     period: int = 24                  # P = 24 for every dataset, as in the paper (even for 15-minute data)
-    latent_dim: int = 8
-    num_layers: int = 1
-    num_routers: int = 8
+    latent_dim: int = 8               # latent dim D of the embedded phase tokens
+    num_layers: int = 1               # routing layers
+    num_routers: int = 8              # routers R per routing layer
     num_heads: int = 1                # the released scripts' phase_attn_heads (1 on every ETT setting)
-    dropout: float = 0.1
-    revin_eps: float = 1e-5
+    dropout: float = 0.1              # dropout in the routing layers (attention and residuals)
+    revin_eps: float = 1e-5           # epsilon of the RevIN instance normalisation
     use_kernel: bool = False          # the fused Pallas routing kernel instead of the pure-JAX reference
     kernel_block: int = 0             # series per kernel grid step; 0: 128 interpreted, 8 compiled
     kernel_interpret: bool = True     # Pallas interpret mode (required on CPU)
     # SparseTSF
-    sparse_period: int = 24
+    sparse_period: int = 24           # SparseTSF's period (divides seq_len): 24 for ETTh, 4 for ETTm
     # DLinear
-    moving_avg: int = 25
+    moving_avg: int = 25              # DLinear's moving-average kernel (odd) for the trend
     # training
-    loss: Literal["huber", "mse"] = "huber"
-    huber_delta: float = 1.0
+    loss: Literal["huber", "mse"] = "huber"  # training and validation loss (MSE and MAE always reported)
+    huber_delta: float = 1.0          # Huber loss threshold delta
     lr: float = 1e-3
     # TSL names: type1 halves per epoch, type3 x0.8 after 3
     lr_schedule: Literal["constant", "type1", "type3"] = "constant"
     batch_size: int = 16              # the released scripts' batch size (16 on every ETT dataset)
-    eval_batch_size: int = 512
+    eval_batch_size: int = 512        # windows per validation / test batch
     epochs: int = 30
-    patience: int = 8
-    weights: Literal["best", "last"] = "best"
-    train_drop_last: bool = False
+    patience: int = 8                 # early stop: epochs without a better validation loss
+    weights: Literal["best", "last"] = "best"  # tested weights: best-validation epoch (TSL port) or last (Lightning)
+    train_drop_last: bool = False     # drop the last partial training batch (released loader); else masked
     max_train_windows: int = 0        # 0: every training window; >0: the first n (smoke tests only)
     data_parallel: bool = True        # on several devices, split every batch over all of them (a "data" mesh axis)
     seed: int = 2021
-    plot: bool = True
+    plot: bool = True                 # write forecast.png and loss.png in the run folder
 
     def __post_init__(self):
         check(self.model in ("phaseformer", "sparsetsf", "dlinear"), "model", self.model,
