@@ -41,35 +41,35 @@ class TRMConfig:
 
     world: WorldConfig = WorldConfig(num_entities=32, max_value=49)
     model: LMConfig = policy_model(64, 2, WorldConfig(num_entities=32, max_value=49))
-    seq_len: int = 64
-    max_calls: int = 7
+    seq_len: int = 64  # tokens per BC / TRM row, and most response tokens of a rollout
+    max_calls: int = 7  # tool calls per trace the TRM is trained and scored on, at most
     clean_fraction: float = 0.1
-    num_bc: int = 6000
-    bc_steps: int = 600
-    bc_batch: int = 32
-    bc_lr: float = 3e-3
-    num_trm: int = 3000
-    num_trm_eval: int = 500
-    trm_steps: int = 200
-    trm_batch: int = 32
-    trm_lr: float = 1e-3
+    num_bc: int = 6000  # scripted traces (oracle + corrupted) the policy is behaviour-cloned on
+    bc_steps: int = 600  # behaviour-cloning steps
+    bc_batch: int = 32  # behaviour-cloning batch size
+    bc_lr: float = 3e-3  # behaviour-cloning peak learning rate (warm-up, cosine decay)
+    num_trm: int = 3000  # labelled scripted traces the TRM trains on
+    num_trm_eval: int = 500  # held-out labelled traces (noise-free) for the TRM's AUC
+    trm_steps: int = 200  # TRM training steps
+    trm_batch: int = 32  # TRM batch size
+    trm_lr: float = 1e-3  # TRM peak learning rate (warm-up, cosine decay)
     label_kind: str = "product"
     label_noise: float = 0.0
-    arms: tuple[str, ...] = ("grpo_outcome", "grpo_trm_turn")
-    alpha_grpo: float = 0.2
-    alpha_ppo: float = 0.2
+    arms: tuple[str, ...] = ("grpo_outcome", "grpo_trm_turn")  # RL arms run from the same BC start (rl.ARMS)
+    alpha_grpo: float = 0.2  # weight of the call rewards in the GRPO arms (after normalisation)
+    alpha_ppo: float = 0.2  # weight of the call rewards in the PPO arms
     seeds: tuple[int, ...] = (0,)
-    num_prompts: int = 512
-    rl_steps: int = 32
-    prompts_per_step: int = 16
-    group_size: int = 8
-    rl_lr: float = 1e-3
-    kl_coef: float = 0.0
-    temperature: float = 0.7
-    max_turns: int = 8
-    max_new_tokens: int = 6
-    eval_questions: int = 128
-    eval_samples: int = 4
+    num_prompts: int = 512  # training questions the RL arms draw from
+    rl_steps: int = 32  # RL updates per arm and seed
+    prompts_per_step: int = 16  # questions per RL update
+    group_size: int = 8  # sampled episodes per question (the GRPO group)
+    rl_lr: float = 1e-3  # RL learning rate
+    kl_coef: float = 0.0  # weight of the KL penalty to the reference policy (0: off)
+    temperature: float = 0.7  # sampling temperature of RL rollouts and held-out evaluation
+    max_turns: int = 8  # turns (one action each) per episode, at most
+    max_new_tokens: int = 6  # tokens per action, at most
+    eval_questions: int = 128  # held-out questions for EM and call metrics
+    eval_samples: int = 4  # sampled episodes per held-out question
 
     def __post_init__(self):
         check(0.0 <= self.clean_fraction <= 1.0, "clean_fraction", self.clean_fraction, "in [0, 1]")

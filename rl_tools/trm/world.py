@@ -39,10 +39,10 @@ class WorldConfig:
     pairs are absent from the search corpus (a search for one returns NONE). template_weights: the mix of
     question templates (in TEMPLATES order)."""
 
-    num_entities: int = 64
-    max_value: int = 99
-    missing_fraction: float = 0.1
-    template_weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    num_entities: int = 64  # entities e00.., each with attributes a, b, c
+    max_value: int = 99  # attribute values are integers in [0, max_value]
+    missing_fraction: float = 0.1  # share of (entity, attribute) pairs the search corpus lacks (answers NONE)
+    template_weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # mix of get, add, sub, max, hop, maxsub
     seed: int = 0
 
     def __post_init__(self):
