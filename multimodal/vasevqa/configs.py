@@ -20,36 +20,36 @@ from multimodal.vasevqa.reward import RewardConfig
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
     seed: int = 0
-    n_train: int = 256
+    n_train: int = 256                # procedural training vases (rendered from six views)
     n_test: int = 96                  # the paper's test set: 96 captions
     image_size: int = 32              # per view; the six views are stacked as 18 channels
     # model
-    patch_size: int = 8
-    vit_width: int = 64
-    vit_depth: int = 2
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
+    patch_size: int = 8               # ViT patch side, in pixels (divides image_size)
+    vit_width: int = 64               # ViT width
+    vit_depth: int = 2                # ViT blocks
+    hidden_size: int = 64             # language-model width
+    num_layers: int = 2               # language-model layers
+    num_heads: int = 4                # language-model attention heads
     # stage 0: the base model (full training on lay descriptions)
-    pretrain_steps: int = 400
-    pretrain_lr: float = 3e-3
+    pretrain_steps: int = 400         # base-model training steps on lay descriptions
+    pretrain_lr: float = 3e-3         # base-model learning rate
     # stage 1: SFT with LoRA on all linear layers, vision frozen
-    lora_rank: int = 8
-    lora_alpha: float = 32.0
-    sft_steps: int = 400
+    lora_rank: int = 8                # LoRA rank r of the SFT adapters
+    lora_alpha: float = 32.0          # LoRA alpha (adapter scale alpha / r)
+    sft_steps: int = 400              # LoRA SFT steps
     sft_lr: float = 3e-3              # the paper's 1e-4 is for a 3B/7B model; the small one needs more
     qa_fraction: float = 0.3          # share of SFT rows that are QA pairs (the rest captions)
     # stage 2: GRPO (full fine-tune of the LM, vision frozen; the paper fine-tunes fully at lr 1e-6)
-    grpo_steps: int = 60
+    grpo_steps: int = 60              # GRPO updates
     grpo_lr: float = 2e-5             # 6e-5 and 2e-4 degraded the greedy captions (README)
     grpo_prompts: int = 8             # vases per GRPO step
-    num_generations: int = 4
-    temperature: float = 1.0
-    kl_coef: float = 0.001
+    num_generations: int = 4          # sampled captions per vase (the GRPO group)
+    temperature: float = 1.0          # sampling temperature of the GRPO captions
+    kl_coef: float = 0.001            # weight of the KL penalty to the SFT model
     reward: RewardConfig = RewardConfig()
     batch_size: int = 32
     encoder_dim: int = 64             # the LSA text encoder fitted on the training captions
-    plot: bool = True
+    plot: bool = True                 # write views.png, loss.png, grpo_reward.png and metrics.png
 
     def __post_init__(self):
         for name in ("n_train", "n_test", "image_size", "patch_size", "vit_width", "vit_depth", "hidden_size",

@@ -23,8 +23,8 @@ from multimodal.vasevqa import vases
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RewardConfig:
     weights: tuple[float, ...] = (1 / 6,) * 6   # Fabric, Technique, Shape, Dating, Decoration, Attribution
-    penalty: float = 0.2
-    bonus: float = 0.2
+    penalty: float = 0.2                        # P = penalty x (missing-attribute fraction + repeated-word fraction)
+    bonus: float = 0.2                          # B, added when all six attributes are exactly right
 
     def __post_init__(self):
         check(len(self.weights) == 6 and all(w >= 0 for w in self.weights), "reward.weights", self.weights,
