@@ -130,12 +130,15 @@ def sanitize(markup: str) -> str:
 class Coordinator:
     """Routes requests to peers of a `lab_lib.Lab` under a `Policy`; records every refusal in the outcome."""
 
-    def __init__(self, lab: lab_lib.Lab, policy: Policy, selector: Selector):
+    def __init__(self, lab: lab_lib.Lab, policy: Policy, selector: Selector | None = None,
+                 verifier: Callable[[pb.AgentCard], None] | None = None):
         self.lab, self.policy, self.selector = lab, policy, selector
         self.cards: dict[str, pb.AgentCard] = {}
         self.rejected: dict[str, str] = {}
         self.half_open: dict[str, tuple[str, float]] = {}  # task id -> (agent, opened at)
-        self._verifier = registry_verifier() if policy.verify_signatures else None
+        # the card verifier of the hardened policy: the lab's HS256 registry key unless one is given (e.g. the
+        # asymmetric registry of `identity.verifier`)
+        self._verifier = (verifier or registry_verifier()) if policy.verify_signatures else None
 
     # ------------------------------------------------------------------------------------------ admission
     async def discover(self, urls: Sequence[str]) -> dict[str, pb.AgentCard]:

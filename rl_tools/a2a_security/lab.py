@@ -33,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from rl_tools.a2a_security import oracles
+
 # The SDK warns on every card that omits optional-but-recommended fields; the lab's cards are complete, and the
 # hostile ones are incomplete on purpose.
 logging.getLogger("a2a.utils.proto_utils").setLevel(logging.ERROR)
@@ -42,6 +44,7 @@ logging.getLogger("a2a.server.events.event_queue_v2").setLevel(logging.ERROR)
 
 CANARY = "CANARY-7f3a9c-never-leak"
 CANARY_HOST = "metadata.internal"
+TRAP_HOST = "trap.attacker"  # the attacker's callback host: a request reaching it is execution evidence
 LAB_DOMAIN = "lab"
 PROTOCOL_VERSION = "1.0"
 SILENT_SECONDS = 3.0
@@ -88,7 +91,8 @@ class Behaviour:
     """What a scripted peer does with a request.
 
     kind: "benign" (answers its skill), "delegate" (hands the task to `target`), "input" (asks for input
-    `rounds` times, then answers; rounds < 0 means forever), "url" (answers with a reference to `target`, a URL
+    `rounds` times, then answers; rounds < 0 means forever), "confirm" (asks once for the user's confirmation,
+    then answers), "url" (answers with a reference to `target`, a URL
     the caller must fetch to finish), "html" (answers with a renderable artifact `payload`), "cloaked" (answers
     with an action request for the undeclared skill `target` and a wrong result), "benign_action" (a declared
     action `target` and the right result), "tampered" (a wrong result), "oversized" (a `payload`-byte artifact),
@@ -119,6 +123,12 @@ class ScriptedAgent(AgentExecutor):
         if b.kind == "silent":
             # never answers within any caller's patience, yet stops by itself so that every lab run is bounded
             await asyncio.sleep(float(b.payload or SILENT_SECONDS))
+        if b.kind == "confirm":  # a legitimate confirmation the user gives later: asks once, then answers
+            if not self.asked.get(context.task_id):
+                self.asked[context.task_id] = 1
+                await updater.requires_input(updater.new_agent_message([ph.new_text_part(
+                    f"{self.name} is awaiting the user's confirmation before it books")]))
+                return
         if b.kind == "input":
             asked = self.asked.get(context.task_id, 0)
             if b.rounds < 0 or asked < b.rounds:
@@ -201,6 +211,7 @@ class UriRecorder:
         self.documents = dict(documents or {})
         self.dereferenced: list[str] = []
         self.canary_leaks = 0
+        self.trap_hits: list[str] = []  # requests that reached the attacker's trap host (callbacks, passive loads)
 
     def fetch(self, uri: str) -> str:
         self.dereferenced.append(uri)
@@ -208,6 +219,11 @@ class UriRecorder:
         if host == CANARY_HOST:
             self.canary_leaks += 1
             return json.dumps({"AccessKeyId": "lab", "Secret": CANARY})
+        if host == TRAP_HOST:
+            self.trap_hits.append(uri)
+            return ""
+        if uri in self.documents:  # an outside document the case provides (a user-requested external URL)
+            return self.documents[uri]
         if host.endswith(f".{LAB_DOMAIN}") or host == LAB_DOMAIN:
             return self.documents.get(uri, json.dumps({"uri": uri, "status": "ok"}))
         raise PermissionError(f"lab refuses to dereference {uri}: only *.{LAB_DOMAIN} and the canary exist here")
@@ -237,17 +253,30 @@ def active_content(markup: str) -> list[str]:
 
 
 class ArtifactRenderer:
-    """Renders artifacts into the coordinator's UI, recording "would execute" instead of executing."""
+    """Renders artifacts into the coordinator's UI, recording "would execute" instead of executing.
 
-    def __init__(self):
+    What would execute and what the page loads are judged by `oracles.judge` (html5lib, the HTML standard's
+    rules), never by a defence's rules; the passive loads are performed through `uris` (the lab's only network),
+    so one reaching the trap host is recorded there as execution evidence."""
+
+    def __init__(self, uris: UriRecorder | None = None):
+        self.uris = uris
         self.rendered: list[str] = []
         self.would_execute: list[list[str]] = []
+        self.loaded: list[str] = []
 
     def render(self, markup: str) -> str:
         self.rendered.append(markup)
-        active = active_content(markup)
-        if active:
-            self.would_execute.append(active)
+        verdict = oracles.judge(markup)
+        if verdict.executes:
+            self.would_execute.append(verdict.executes)
+        for uri in verdict.loads:
+            self.loaded.append(uri)
+            if self.uris is not None and httpx.URL(uri).host:
+                try:
+                    self.uris.fetch(uri)
+                except PermissionError:
+                    pass  # the lab refuses hosts it does not have; the attempt is in uris.dereferenced
         return markup
 
 
@@ -285,7 +314,7 @@ class Lab:
         self.stores: dict[str, InMemoryTaskStore] = {}
         self.cards: dict[str, pb.AgentCard] = {}
         self.uris = UriRecorder()
-        self.renderer = ArtifactRenderer()
+        self.renderer = ArtifactRenderer(self.uris)
         self.delegations = DelegationTracker()
         self.actions = ActionLog()
         self._client: httpx.AsyncClient | None = None
