@@ -239,13 +239,16 @@ def print(*args, sep=" ", end="\\n"):
 
 def randint(lo, hi):
     # random.randint(lo, hi) returns the fixed latents in draw order (the hidden r of the program)
-    if LAT[1] >= len(LAT[0]):
-        raise ValueError("the program draws more latents than were given")
-    v = LAT[0][LAT[1]]
-    LAT[1] += 1
-    if not lo <= v <= hi:
-        raise ValueError("latent %r outside randint(%r, %r)" % (v, lo, hi))
-    return v
+    lat = LAT
+    i = lat[1]
+    try:
+        v = lat[0][i]
+    except IndexError:
+        raise ValueError("the program draws more latents than were given") from None
+    lat[1] = i + 1
+    if lo <= v <= hi:
+        return v
+    raise ValueError("latent %r outside randint(%r, %r)" % (v, lo, hi))
 """, "<sandbox helpers>", "exec")
 
 
