@@ -99,7 +99,7 @@ class DecodeConfig:
     # flashlight lexicon decoder. Beam 100 and LM weight 0.5: on the demo model's log-probs (PER 26 %), a beam of
     # 30 at weight 1.0 loses the truth in search (WER 79 %, one or two words kept); beam 100 at 0.5 with word
     # score 1 gives 8 %. benchmarks/bit_cascade.py tunes weight and score per model on validation sentences
-    word_beam: int = 100
+    word_beam: int = 100  # beam width of the lexicon (word) decoder
     word_lm_weight: float = 0.5  # weight of the word 3-gram LM in the lexicon decoder
     word_score: float = 1.0  # score added per emitted word in the lexicon decoder
     sil_score: float = 0.0  # score added per silence token in the lexicon decoder

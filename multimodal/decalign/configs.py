@@ -50,7 +50,7 @@ class DataConfig:
     # and a per-clip length drawn uniformly in [max/2, max] (written as audio_lengths / vision_lengths)
     unaligned: bool = False  # generate MMSA's unaligned layout (audio / vision with their own lengths)
     # "bert": the text input is MMSA's `text_bert` (token ids, mask, segments), encoded by model.text_encoder
-    text_input: Literal["features", "bert"] = "features"
+    text_input: Literal["features", "bert"] = "features"  # text as precomputed features, or BERT token ids
     seq_len_audio: int = 0  # padded audio length of unaligned synthetic data (0 = seq_len)
     seq_len_vision: int = 0  # padded vision length of unaligned synthetic data (0 = seq_len)
 
@@ -154,7 +154,7 @@ class TrainConfig:
     # decay added to the (clipped) gradient before the Adam moments
     optimizer: Literal["adamw", "adam_l2"] = "adamw"  # adamw, or adam_l2 (L2 decay in the gradient, as torch)
     # "plateau": torch ReduceLROnPlateau(mode=min, threshold 1e-4 rel) on the validation loss, once per epoch
-    scheduler: Literal["none", "plateau"] = "none"
+    scheduler: Literal["none", "plateau"] = "none"  # lr schedule: constant, or cut on a validation plateau
     plateau_patience: int = 5  # plateau scheduler: epochs without improvement before the lr drops
     plateau_factor: float = 0.1  # plateau scheduler: factor the lr is multiplied by at each drop
     # a run is reported failed when its validation loss diverges: non-finite, never better than predicting the

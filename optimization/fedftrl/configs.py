@@ -30,7 +30,7 @@ from .networks import GOSSIP_RULES, TOPOLOGIES
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
     # stochastic | corrupted | adversarial | constant_gap | ftl_trap | movielens
-    setting: str = "stochastic"
+    setting: str = "stochastic"                  # bandit setting: how the arms' losses are produced
     T: int = 3000                                # horizon
     V: int = 16                                  # agents
     K: int = 20                                  # arms (ignored for movielens: the number of genres)
