@@ -36,10 +36,22 @@ MOTIONS: tuple[tuple[str, tuple[int, int], float, float], ...] = (
 )
 MOTION_NAMES = tuple(m[0] for m in MOTIONS)
 
-#: the "order" task: the video shows digits d0, d0 + s, d0 + 2s, ... (mod 10), each for `hold` frames; class = s.
-#: Classes 2i and 2i + 1 are time reverses of each other (same frames, opposite order).
-ORDER_STEPS: tuple[int, ...] = (1, -1, 2, -2, 3, -3)
-ORDER_NAMES = tuple(f"{'up' if s > 0 else 'down'}{abs(s)}" for s in ORDER_STEPS)
+#: the "order" task: the video shows symbols d0, d0 + s, d0 + 2s, ... (mod the number of symbols), each for
+#: `hold` frames; class = the index of s. Classes 2i and 2i + 1 are time reverses (same frames, opposite order).
+#: "digits": the 10 digits counting up / down by 1, 2 or 3; "bars": three glyphs (horizontal bar, vertical bar,
+#: hollow square) cycled in one of the two cyclic orders.
+ORDER_STEPS: dict[str, tuple[int, ...]] = {"digits": (1, -1, 2, -2, 3, -3), "bars": (1, -1)}
+ORDER_NAMES = {k: tuple(f"{'up' if s > 0 else 'down'}{abs(s)}" for s in v) for k, v in ORDER_STEPS.items()}
+
+
+def bar_glyphs() -> np.ndarray:
+    """(3, 8, 8) in [0, 1]: a horizontal bar, a vertical bar, a hollow square."""
+    g = np.zeros((3, 8, 8), np.float32)
+    g[0, 3:5, :] = 1.0
+    g[1, :, 3:5] = 1.0
+    g[2, [0, 1, 6, 7], :] = 1.0
+    g[2, :, [0, 1, 6, 7]] = 1.0
+    return g
 
 #: the labels of each task, the task label first (probed, fine-tuned and used for retrieval)
 TASK_LABELS = {"motion": ("motion", "digit"), "order": ("order", "digit")}
@@ -60,7 +72,8 @@ class VideoConfig:
     jitter: int = 1  # temporal jitter of each view's start, frames (+-)
     seed: int = 0
     task: str = "motion"  # "motion": 8 motion classes; "order": digits counting up / down (labels need frame order)
-    hold: int = 2  # "order" task: frames each digit of the sequence is shown
+    hold: int = 2  # "order" task: frames each symbol of the sequence is shown
+    symbols: str = "bars"  # "order" task: "bars" (3 glyphs, 2 cyclic orders) or "digits" (10 digits, 6 orders)
 
     def __post_init__(self):
         for name in ("n_train", "n_test", "canvas", "length", "min_size", "max_size", "clip_len"):
@@ -74,6 +87,7 @@ class VideoConfig:
               f">= future_gap + clip_len + 2*jitter = {self.future_gap + self.clip_len + 2 * self.jitter}")
         check(self.task in TASK_LABELS, "data.task", self.task, f"one of {tuple(TASK_LABELS)}")
         check(self.hold >= 1, "data.hold", self.hold, "an integer >= 1")
+        check(self.symbols in ORDER_STEPS, "data.symbols", self.symbols, f"one of {tuple(ORDER_STEPS)}")
 
 
 def load_sprites() -> tuple[np.ndarray, np.ndarray]:
@@ -145,9 +159,10 @@ def generate(config: VideoConfig, n: int, key: jax.Array) -> dict[str, np.ndarra
 
 
 def order_digits(d0: jax.Array, step: jax.Array, config: VideoConfig) -> jax.Array:
-    """The digit shown in each frame of an "order" video: (d0 + step * (t // hold)) mod 10; d0, step (n,)."""
+    """The symbol shown in each frame of an "order" video: (d0 + step * (t // hold)) mod the number of symbols
+    (10 digits, 3 bars); d0, step (n,) -> (n, length)."""
     events = jnp.arange(config.length) // config.hold
-    return jnp.mod(d0[:, None] + step[:, None] * events[None, :], 10)
+    return jnp.mod(d0[:, None] + step[:, None] * events[None, :], 10 if config.symbols == "digits" else 3)
 
 
 def render_order(sprite_table: jax.Array, digits: jax.Array, center: jax.Array, angle: jax.Array,
@@ -160,22 +175,27 @@ def render_order(sprite_table: jax.Array, digits: jax.Array, center: jax.Array, 
 
 
 def generate_order(config: VideoConfig, n: int, key: jax.Array) -> dict[str, np.ndarray]:
-    """`n` "order" videos: one static digit drawing at a time, counting up or down by 1, 2 or 3 (mod 10), each
-    digit shown for `hold` frames; {"video" (n, L, canvas, canvas) uint8, "order" (n,) index into ORDER_STEPS,
-    "digit" (n,) the first digit}. A clip of T >= 2 hold frames identifies the class only through the order of
-    its frames: reversed in time, a video of class 2i is exactly a video of class 2i + 1 (tested)."""
-    sprites, digits = load_sprites()
-    by_digit = [np.flatnonzero(digits == d) for d in range(10)]
+    """`n` "order" videos: one static symbol at a time (`config.symbols`: digit drawings counting up or down by
+    1, 2 or 3 mod 10, or three bar glyphs in one of two cyclic orders), each shown for `hold` frames; {"video"
+    (n, L, canvas, canvas) uint8, "order" (n,) index into ORDER_STEPS[symbols], "digit" (n,) the first symbol}.
+    A clip of T >= 2 hold frames identifies the class only through the order of its frames: reversed in time,
+    a video of class 2i is exactly a video of class 2i + 1 (tested)."""
+    steps = ORDER_STEPS[config.symbols]
     k = jax.random.split(key, 6)
-    order = jax.random.randint(k[0], (n,), 0, len(ORDER_STEPS))
-    d0 = jax.random.randint(k[1], (n,), 0, 10)
-    pick = np.asarray(jax.random.uniform(k[2], (n, 10)))  # one drawing of each digit per video
-    table = np.stack([sprites[by_digit[d][(pick[:, d] * len(by_digit[d])).astype(int)]] for d in range(10)], 1)
+    order = jax.random.randint(k[0], (n,), 0, len(steps))
+    if config.symbols == "digits":
+        sprites, digits = load_sprites()
+        by_digit = [np.flatnonzero(digits == d) for d in range(10)]
+        pick = np.asarray(jax.random.uniform(k[2], (n, 10)))  # one drawing of each digit per video
+        table = np.stack([sprites[by_digit[d][(pick[:, d] * len(by_digit[d])).astype(int)]] for d in range(10)], 1)
+    else:
+        table = np.broadcast_to(bar_glyphs(), (n, 3, 8, 8)).copy()
+    d0 = jax.random.randint(k[1], (n,), 0, table.shape[1])
     centre = config.canvas / 2 - 0.5
     center = centre + jax.random.uniform(k[3], (n, 2), minval=-config.canvas / 8, maxval=config.canvas / 8)
     angle = jax.random.uniform(k[4], (n,), minval=-0.3, maxval=0.3)
     size = jax.random.uniform(k[5], (n,), minval=config.min_size, maxval=config.max_size)
-    step = jnp.asarray(ORDER_STEPS)[order]
+    step = jnp.asarray(steps)[order]
     frames = render_order(jnp.asarray(table), order_digits(d0, step, config), center, angle, size, config.canvas)
     video = np.asarray(jnp.clip(jnp.round(frames * 255.0), 0, 255).astype(jnp.uint8))
     return {"video": video, "order": np.asarray(order, np.int32), "digit": np.asarray(d0, np.int32),
