@@ -58,3 +58,29 @@ def presets() -> dict[str, CFConfig]:
     demo = CFConfig(model=small, n_train=3000, n_eval=48, steps=250, batch_size=32, log_every=50, max_level=1,
                     trace=True)
     return {"tiny": tiny, "demo": demo, "paper": CFConfig()}
+
+
+def train_presets() -> dict[str, dict[str, object]]:
+    """Presets of the SFT-vs-RL experiments `cf_sft` and `cf_rl` (`sft_rl.py`); each runs the base first.
+
+    - `tiny`: smoke test (~1 min).
+    - `demo`: the demo base (250 steps, level 1, traces), then 150 SFT steps or 15 GRPO steps (G = 8);
+      under 10 min on 2 CPU cores each.
+    - `paper`: the `paper` base (L = 4, d = 128, 3000 steps, levels 1-3), 2000 SFT steps or 200 GRPO steps
+      with the paper's 16 prompts x 24 rollouts per step (GPU-sized; not run here).
+    """
+    from rl_tools.counterfactuals.sft_rl import CFTrainConfig
+
+    base = presets()
+    tiny_base = dataclasses.replace(base["tiny"], trace=True, max_level=1, n_eval=8)
+    out: dict[str, dict[str, object]] = {}
+    for arm in ("sft", "rl"):
+        out[arm] = {
+            "tiny": CFTrainConfig(base=tiny_base, arms=(arm,), sft_steps=3, rl_steps=2, prompts_per_step=2,
+                                  group_size=4, rl_max_new_tokens=8, eval_max_new_tokens=12),
+            "demo": CFTrainConfig(base=base["demo"], arms=(arm,), sft_steps=150, rl_steps=15, prompts_per_step=8,
+                                  group_size=8, eval_max_new_tokens=96),
+            "paper": CFTrainConfig(base=dataclasses.replace(base["paper"], trace=True), arms=(arm,), sft_steps=2000,
+                                   rl_steps=200, prompts_per_step=16, group_size=24, eval_max_new_tokens=200),
+        }
+    return out

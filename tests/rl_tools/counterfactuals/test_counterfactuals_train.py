@@ -12,9 +12,12 @@ from core import sharding
 from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
-from rl_tools.counterfactuals import EXPERIMENT, data, generate
+from rl_tools.counterfactuals import EXPERIMENT as EXPERIMENTS
+from rl_tools.counterfactuals import data, generate
 from rl_tools.counterfactuals import train as cf_train
 from rl_tools.counterfactuals.configs import CFConfig
+
+EXPERIMENT = EXPERIMENTS[0]
 
 
 def test_tiny_run_writes_metrics_and_plots(tmp_path):
