@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import time
 from collections.abc import Callable, Sequence
@@ -488,11 +489,47 @@ def _fmt_vals(vals: Sequence[Any]) -> str:
 
 # -- the experiment ----------------------------------------------------------------------------------------
 
+class PointStore:
+    """Finished sweep points on disk (`folder/<arch>_d<d>_N<widths>_k<kappa>.npz` + `.json`), so a killed run
+    resumes at its first unfinished point and ends where an uninterrupted one ends (every point's chains are
+    seeded by the config and the point alone). Each file is written to a temporary name and renamed, so a kill
+    mid-write leaves the point unfinished, never half-stored."""
+
+    def __init__(self, folder: str | pathlib.Path):
+        self.folder = pathlib.Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _stem(self, key: tuple) -> pathlib.Path:
+        arch, d, widths, kappa = key
+        return self.folder / f"{arch}_d{d}_N{'x'.join(str(w) for w in widths)}_k{kappa:g}"
+
+    def load(self, key: tuple) -> dict[str, Any] | None:
+        stem = self._stem(key)
+        if not (stem.with_suffix(".json").exists() and stem.with_suffix(".npz").exists()):
+            return None
+        res = json.loads(stem.with_suffix(".json").read_text())
+        with np.load(stem.with_suffix(".npz")) as arrays:
+            res["traces"] = {k[len("trace_"):]: arrays[k] for k in arrays.files if k.startswith("trace_")}
+            res["rhat"] = arrays["rhat"]
+        return res
+
+    def save(self, key: tuple, res: dict[str, Any]) -> None:
+        stem = self._stem(key)
+        tmp = stem.with_name(stem.name + ".tmp.npz")
+        np.savez(tmp, rhat=res["rhat"], **{f"trace_{k}": v for k, v in res["traces"].items()})
+        os.replace(tmp, stem.with_suffix(".npz"))
+        rest = {k: v for k, v in res.items() if k not in ("traces", "rhat")}
+        tmp = stem.with_name(stem.name + ".tmp.json")
+        tmp.write_text(json.dumps(rest, default=float))
+        os.replace(tmp, stem.with_suffix(".json"))  # the .json marks the point finished: written last
+
+
 def experiment(config: configs.Config, log: Callable[[str], None] = print,
                on_row: Callable[[list, list, list], None] | None = None,
-               deadline: float | None = None) -> dict[str, Any]:
+               deadline: float | None = None, store: PointStore | None = None) -> dict[str, Any]:
     """Run every sweep of `config`; returns {"rows", "claims", "not_measured", "wall_seconds", "traces"}. With a
-    `deadline` (time.time() value) the points after the one that passes it are skipped (stopped_early)."""
+    `deadline` (time.time() value) the points after the one that passes it are skipped (stopped_early). With a
+    `store`, finished points are read from it instead of rerun, and each newly run point is saved to it."""
     t0 = time.time()
     rows, traces_all = [], {}
     claims, missing = [], []
@@ -500,8 +537,17 @@ def experiment(config: configs.Config, log: Callable[[str], None] = print,
     for sweep in config.sweeps:
         for arch, d, widths, kappa in sweep_points(config, sweep):
             key = (arch, d, tuple(widths), float(kappa))
+            if key not in cache and store is not None:
+                cache[key] = store.load(key)
+                if cache[key] is None:
+                    del cache[key]
+                else:
+                    log(f"  {arch}-layer d={d} widths={widths} kappa={kappa:g}: finished before, read from "
+                        f"{store.folder}")
             if key not in cache:     # a point shared by two sweeps (e.g. d = 16 of two_d and two_n) runs once
                 cache[key] = run_point(config, arch, d, widths, kappa, log=log)
+                if store is not None:
+                    store.save(key, cache[key])
             res = cache[key]
             row = summarise_point(config, sweep, arch, d, widths, res)
             rows.append(row)
@@ -617,7 +663,9 @@ def plot(result: dict[str, Any], workdir: pathlib.Path, prefix: str = "") -> lis
 
 
 def run(config: configs.Config, workdir: pathlib.Path) -> dict[str, Any]:
-    """Run the experiment; write metrics.json, rows.json and PNG plots into workdir; return the final metrics."""
+    """Run the experiment; write metrics.json, rows.json and PNG plots into workdir; return the final metrics.
+    Each finished sweep point is kept in `workdir/points/`: rerunning the same command into the folder resumes at
+    the first unfinished point (metrics.jsonl is rewritten with the same records)."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     from core.train import MetricsLog
@@ -631,7 +679,7 @@ def run(config: configs.Config, workdir: pathlib.Path) -> dict[str, Any]:
                    "equilibrated": r["equilibrated"], "max_rhat": max(rhat) if rhat else None})
 
     try:
-        result = experiment(config, on_row=log_point)
+        result = experiment(config, on_row=log_point, store=PointStore(workdir / "points"))
     finally:
         log.close()
     plot(result, workdir)

@@ -13,7 +13,7 @@ from core.config import ConfigError, apply_overrides
 from interp.scale_analysis import EXPERIMENT, configs, model, sample, train
 
 
-def test_tiny_run_writes_outputs_and_reports_equilibration(tmp_path):
+def test_tiny_run_writes_outputs_reports_equilibration_and_resumes_per_point(tmp_path, monkeypatch):
     cfg = dataclasses.replace(EXPERIMENT.presets["tiny"], two_d=(4,))
     metrics = EXPERIMENT.run(cfg, tmp_path)
     assert (tmp_path / "metrics.json").exists() and (tmp_path / "alignment.png").exists()
@@ -40,6 +40,26 @@ def test_tiny_run_writes_outputs_and_reports_equilibration(tmp_path):
         [(i + 1, row["sweep"], row["equilibrated"]) for i, row in enumerate(rows)]
     assert all(r["max_rhat"] is None or r["max_rhat"] > 0 for r in records)
     assert metrics["wall_seconds"] > 0
+
+    # a rerun reads every stored point back and runs only a missing one (a kill leaves the points it had not
+    # finished missing); the folder ends as the uninterrupted run's did
+    points = sorted((tmp_path / "points").glob("*.json"))
+    assert len(points) == 2
+    unfinished = next(p for p in points if p.name.startswith("two"))
+    unfinished.unlink()
+    unfinished.with_suffix(".npz").unlink()
+    (tmp_path / "metrics.json").unlink()
+    ran = []
+    real_run_point = train.run_point
+    monkeypatch.setattr(train, "run_point", lambda *a, **k: ran.append(a[1]) or real_run_point(*a, **k))
+    EXPERIMENT.run(cfg, tmp_path)
+    assert ran == ["two"]
+    resumed = json.loads((tmp_path / "rows.json").read_text())
+    for row in [*rows, *resumed]:
+        row.pop("point_wall_seconds")
+    assert resumed == rows
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == records
+    assert json.loads((tmp_path / "metrics.json").read_text())["equilibrated"] == saved["equilibrated"]
 
 
 def test_sharded_stage_equals_single_device(devices):
