@@ -24,14 +24,14 @@ class SamplerConfig:
     stage from where both chains ended, up to max_extend times; a (seed, P) that still fails is marked and left
     out of every fit."""
 
-    n_records: int = 32
-    sim_time: float = 30.0
-    step_size: float = 0.7
-    friction: float = 1.0
-    curvature: float = 1.0
-    burn_frac: float = 0.5
-    max_extend: int = 1
-    rhat_max: float = 1.1
+    n_records: int = 32  # records (trace samples) per stage
+    sim_time: float = 30.0  # simulated Langevin time per stage (steps = sim_time / eta(P))
+    step_size: float = 0.7  # base step eta at P = 0; shrinks as 1 / sqrt(1 + curvature P / kappa)
+    friction: float = 1.0  # BAOAB friction gamma
+    curvature: float = 1.0  # scales how fast the step shrinks with P / kappa
+    burn_frac: float = 0.5  # fraction of a stage's records discarded as burn-in
+    max_extend: int = 1  # extra stages at most for a P failing split-R-hat
+    rhat_max: float = 1.1  # split-R-hat cut a (seed, P) must pass to be used
 
     def __post_init__(self):
         check(self.n_records >= 4, "sampler.n_records", self.n_records, "an integer >= 4")
@@ -59,31 +59,32 @@ class Config:
     so that a wrong prediction shows up as a censored P*), else p_over_energy * E_min, else p_over_d * d.
     """
 
-    seed: int = 0
-    kappa: float = 0.1
-    n_seeds: int = 3
-    n_test: int = 1024
-    n_probe: int = 128
+    seed: int = 0  # seeds the problems and every chain
+    kappa: float = 0.1  # posterior noise variance: U = sum (f - y)^2 / (2 kappa) + prior (all sweeps but `kappa`)
+    n_seeds: int = 3  # independent chains (teacher fixed) per point, vmapped
+    n_test: int = 1024  # held-out inputs for test MSE and the alignment A_f
+    n_probe: int = 128  # inputs of the kernel probes (drift, KTA)
     spec_multiple: float = 2.5         # specialist threshold in prior sds of the overlap (1/sqrt(d) in layer 1)
     planted: bool = True               # run the descending chain from a planted start (needed for R-hat)
     plant: str = "predicted"           # planted pattern: the calculator's winner, or "first"-layer specialists
-    sweeps: tuple[str, ...] = SWEEPS
+    sweeps: tuple[str, ...] = SWEEPS  # which sweeps to run, in order (see the class docstring)
+    # P grid as multiples of d (used when both energy grids are empty)
     p_over_d: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0, 64.0)
-    p_over_energy: tuple[float, ...] = ()
-    p_over_kappa_energy: tuple[float, ...] = (30.0, 90.0, 270.0)
-    two_d: tuple[int, ...] = (8, 16, 32)
-    two_width_ratio: float = 4.0
-    two_n_d: int = 16
-    two_n: tuple[int, ...] = (64, 256)
-    three_d: tuple[int, ...] = (8, 16)
-    three_width_ratio: float = 4.0
-    three_n1_d: int = 16
-    three_n1_n2: int = 64
-    three_n1: tuple[int, ...] = (4, 64)
-    kappa_d: int = 16
-    kappa_width: int = 64
-    kappa_values: tuple[float, ...] = (0.05, 0.1, 0.2)
-    sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
+    p_over_energy: tuple[float, ...] = ()  # P grid as multiples of E_min (used when p_over_kappa_energy is empty)
+    p_over_kappa_energy: tuple[float, ...] = (30.0, 90.0, 270.0)  # P grid as multiples of kappa E_min (default grid)
+    two_d: tuple[int, ...] = (8, 16, 32)  # input dimensions d of the two_d sweep
+    two_width_ratio: float = 4.0  # two_d sweep width N / d
+    two_n_d: int = 16  # d of the two_n sweep
+    two_n: tuple[int, ...] = (64, 256)  # widths N of the two_n sweep
+    three_d: tuple[int, ...] = (8, 16)  # input dimensions d of the three_d sweep
+    three_width_ratio: float = 4.0  # three_d sweep widths N1 = N2 = ratio * d
+    three_n1_d: int = 16  # d of the three_n1 sweep
+    three_n1_n2: int = 64  # second-layer width N2 of the three_n1 sweep
+    three_n1: tuple[int, ...] = (4, 64)  # first-layer widths N1 of the three_n1 sweep
+    kappa_d: int = 16  # d of the kappa sweep
+    kappa_width: int = 64  # width N of the kappa sweep
+    kappa_values: tuple[float, ...] = (0.05, 0.1, 0.2)  # kappa values of the kappa sweep
+    sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)  # Langevin sampler settings
 
     def __post_init__(self):
         check(self.kappa > 0, "kappa", self.kappa,
