@@ -27,7 +27,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 class RopeScaling:
     """Rotary scaling. `rope_type`: "default" (none), "linear" (positions / factor) or "llama3"."""
 
-    rope_type: str = "default"
+    rope_type: str = "default"  # "default" (no scaling), "linear" (positions / factor) or "llama3"
     factor: float = 1.0  # context extension factor
     low_freq_factor: float = 1.0  # llama3: wavelengths above original / low_freq_factor are scaled by 1 / factor
     high_freq_factor: float = 4.0  # llama3: wavelengths below original / high_freq_factor are kept
