@@ -252,12 +252,22 @@ def randint(lo, hi):
 """, "<sandbox helpers>", "exec")
 
 
+HELPER_NS = {"__builtins__": {}}
+exec(HELPER_CODE, HELPER_NS)  # once, for the code objects; each job binds them to its own namespace
+PRINT_CODE, RANDINT_CODE = HELPER_NS["print"].__code__, HELPER_NS["randint"].__code__
+PRINT_KWDEFAULTS = dict(HELPER_NS["print"].__kwdefaults__)
+del HELPER_NS
+
+
 def make_env(output_chars):
     """(the program's globals, the job's private state: OUT = [texts, used, limit], LAT = [latents, pos])."""
     state = {"__builtins__": dict(BASE), "OutputLimitError": OutputLimitError, "OUT": [[], 0, output_chars],
              "LAT": [(), 0]}
-    exec(HELPER_CODE, state)
-    env = {"__builtins__": dict(BASE, print=state["print"]), "random": Namespace(randint=state["randint"])}
+    function = type(make_env)
+    state["print"] = safe_print = function(PRINT_CODE, state, "print")
+    safe_print.__kwdefaults__ = dict(PRINT_KWDEFAULTS)
+    state["randint"] = randint = function(RANDINT_CODE, state, "randint")
+    env = {"__builtins__": dict(BASE, print=safe_print), "random": Namespace(randint=randint)}
     return env, state
 
 
