@@ -54,9 +54,7 @@ def _raw(config: DataConfig, flatten: bool):
         x = (d.images.astype(np.float32) / 16.0)[..., None]
         xtr, ytr, xte, yte = carve(x, d.target, config.test_fraction)
     elif config.dataset in ("cifar10", "cifar100"):
-        from core.data import tfds_arrays
-        kw = dict(data_dir=config.data_dir or None, keys=("image", "label"))
-        tr, te = tfds_arrays(config.dataset, "train", **kw), tfds_arrays(config.dataset, "test", **kw)
+        tr, te = _cifar_python(config.data_dir, config.dataset) or _cifar_tfds(config)
         mean = np.array([0.5071, 0.4865, 0.4409] if config.dataset == "cifar100" else [0.4914, 0.4822, 0.4465])
         std = np.array([0.2673, 0.2564, 0.2762] if config.dataset == "cifar100" else [0.2470, 0.2435, 0.2616])
         xtr = ((tr["image"].astype(np.float32) / 255.0 - mean) / std).astype(np.float32)
@@ -69,6 +67,41 @@ def _raw(config: DataConfig, flatten: bool):
     if flatten:
         xtr, xte = xtr.reshape(len(xtr), -1), xte.reshape(len(xte), -1)
     return xtr, ytr.astype(np.int32), xte, yte.astype(np.int32)
+
+
+def _cifar_tfds(config: DataConfig):
+    from core.data import tfds_arrays
+    kw = dict(data_dir=config.data_dir or None, keys=("image", "label"))
+    return tfds_arrays(config.dataset, "train", **kw), tfds_arrays(config.dataset, "test", **kw)
+
+
+def _cifar_python(data_dir: str, dataset: str):
+    """CIFAR from a local folder of the original python pickles (cifar-100-python: train, test; cifar-10-batches-py:
+    data_batch_1..5, test_batch), as {"image": (N, 32, 32, 3) uint8, "label": (N,)}; None when absent."""
+    import pathlib
+    import pickle
+
+    if not data_dir:
+        return None
+    root = pathlib.Path(data_dir)
+    sub = "cifar-100-python" if dataset == "cifar100" else "cifar-10-batches-py"
+    root = root / sub if (root / sub).is_dir() else root
+    names = (["train"], ["test"]) if dataset == "cifar100" else ([f"data_batch_{i}" for i in range(1, 6)],
+                                                                   ["test_batch"])
+    if not all((root / n).is_file() for group in names for n in group):
+        return None
+    key = b"fine_labels" if dataset == "cifar100" else b"labels"
+
+    def load(group):
+        xs, ys = [], []
+        for n in group:
+            with open(root / n, "rb") as fh:
+                d = pickle.load(fh, encoding="bytes")
+            xs.append(np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            ys.append(np.asarray(d[key], np.int64))
+        return {"image": np.concatenate(xs), "label": np.concatenate(ys)}
+
+    return load(names[0]), load(names[1])
 
 
 def make_stream(config: DataConfig, *, flatten: bool = True) -> Stream:

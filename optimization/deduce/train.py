@@ -146,8 +146,9 @@ class Trainer:
         theta = state.params
 
         # Detect (G): the current batch's CE gradient against the old-task replay gradient.
-        g_t = jax.grad(lambda p: losses.cross_entropy(apply(p, xb)[0], yb))(theta)
-        g_m = jax.grad(lambda p: losses.cross_entropy(apply(p, buf.x[ic])[0], buf.y[ic], mc))(theta)
+        net = self.net   # batch-norm statistics (ResNet-18) are no parameters: masked out of gradients
+        g_t = net.mask_stats(jax.grad(lambda p: losses.cross_entropy(apply(p, xb)[0], yb))(theta))
+        g_m = net.mask_stats(jax.grad(lambda p: losses.cross_entropy(apply(p, buf.x[ic])[0], buf.y[ic], mc))(theta))
         has_old = jnp.sum(mc) > 0
         conflict = losses.gradient_conflict(g_t, g_m, hp["epsilon"]) & has_old
         detected = jnp.where(hp["detector_b"] > 0, state.flag_b & has_old, conflict)
@@ -168,7 +169,7 @@ class Trainer:
             reg_target = state.anchor
         released = hp["released"] > 0
         theta_u = pick(released, theta_c, theta_o)
-        theta1 = pick(fire, theta_u, theta)
+        theta1 = net.restore_stats(pick(fire, theta_u, theta), theta)
         # released form: the unlearned copy persists and the learn step pulls toward it on every step
         copy = pick(fire & released, copy_c, state.copy)
 
@@ -177,7 +178,7 @@ class Trainer:
         x_all = jnp.concatenate([xb, buf.x[i1], buf.x[i2]])
 
         def loss_fn(p):
-            logits, hid = apply(p, x_all)
+            logits, hid, stats = net.apply_train(p, x_all)
             lt, l1, l2 = logits[:bsz], logits[bsz:bsz + cfg.buffer_batch], logits[bsz + cfg.buffer_batch:]
             ce_t = losses.cross_entropy(lt, yb)
             mse = jnp.sum(m1[:, None] * (l1 - buf.logits[i1]) ** 2) / jnp.maximum(jnp.sum(m1) * l1.shape[1], 1)
@@ -188,9 +189,9 @@ class Trainer:
             ours = fire & ~released
             total = (hp["w_cur"] * ce_t + hp["alpha"] * mse + hp["beta"] * ce_m + hp["ewc_lambda"] * ewc
                      + ours * dd.lum_beta * lum_reg + hp["pull"] * pull)
-            return total, (lt, {k: v[:bsz] for k, v in hid.items()}, ce_t)
+            return total, (lt, {k: v[:bsz] for k, v in hid.items()}, ce_t, stats)
 
-        (loss, (lt, hid, ce_t)), g = jax.value_and_grad(loss_fn, has_aux=True)(theta1)
+        (loss, (lt, hid, ce_t, stats)), g = jax.value_and_grad(loss_fn, has_aux=True)(theta1)
         theta2 = jax.tree.map(lambda p, gi: p - hp["lr"] * (gi + hp["weight_decay"] * p), theta1, g)
 
         # GUM: reclaim capacity from mature, low-utility, low-Fisher units.
@@ -201,6 +202,7 @@ class Trainer:
         theta3 = pick(use_gum, theta3, theta2)
         gum = pick(use_gum, gum3, state.gum)
         n_reset = jnp.where(use_gum, n_reset, 0)
+        theta3 = net.set_stats(theta3, stats)   # the running statistics: the batch's EMA, nothing else
 
         new_buf = buffer_lib.reservoir_add(buf, xb, yb, jax.lax.stop_gradient(lt), t, kr, size)
         new_state = state._replace(params=theta3, buffer=new_buf, gum=gum, copy=copy, step=state.step + 1,
@@ -245,7 +247,7 @@ class Trainer:
         w_old = (filled & (buf.task < t)).astype(jnp.float32)
         out = bound_detector(self.net.apply, state.params, buf.x, buf.y, w_old, arrays["train_x"][t],
                              arrays["train_y"][t], arrays["train_n"][t], jax.random.fold_in(state.key, 20_000_003 + t),
-                             feature_layer=self.net.gum_pairs[-1][0], num_classes=self.num_classes,
+                             feature_layer=self.net.feature_layer, num_classes=self.num_classes,
                              probe_steps=self.probe_steps, lr=hp["lr"], batch=self.config.train.batch_size,
                              eval_rows=self.bound_rows, domain_steps=dd.domain_steps, c=dd.bound_c)
         z = jnp.zeros((), jnp.int32)
@@ -263,7 +265,7 @@ class Trainer:
                                     jax.random.fold_in(key, 1), ones)
         f_rel = losses.diag_fisher_released(self.net.apply, state.params, arrays["train_x"][t][idx],
                                             arrays["train_y"][t][idx], ones)
-        f_new = jax.tree.map(lambda a, b: jnp.where(hp["released"] > 0, a, b), f_rel, f_ours)
+        f_new = self.net.mask_stats(jax.tree.map(lambda a, b: jnp.where(hp["released"] > 0, a, b), f_rel, f_ours))
         fisher = jax.tree.map(lambda a, b: hp["fisher_decay"] * a + b, state.fisher, f_new)
         # the released code reloads its unlearning copy from the network at every task's end
         return state._replace(fisher=fisher, anchor=state.params, copy=state.params)
@@ -348,7 +350,7 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
     stop_after_chunks: stop early (simulates an interruption; used by the resume test).
     """
     t0 = time.time()
-    stream = make_stream(config.data, flatten=not config.model.conv)
+    stream = make_stream(config.data, flatten=not config.model.conv and config.model.arch == "mlp")
     stacked = stack_stream(stream)
     runs, hps = make_runs(config, variants, arm_overrides)
     num_runs = len(runs)
@@ -459,6 +461,7 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
     fired = np.array(data_state["fired"]).T                                   # (R, T)
     conflicts = np.array(data_state["conflicts"]).T
     resets = np.array(data_state["resets"]).T
+    flag_b = np.array(data_state["flag_b"]).T                                 # (R, T) detector B per task
     per_run = []
     for r, desc in enumerate(runs):
         row = dict(desc)
@@ -468,6 +471,7 @@ def run_stream(config: Config, workdir: pathlib.Path | str | None = None, *,
         row["lum_rate"] = float(fired[r, 1:].sum() / steps_after_first) if num_tasks > 1 else 0.0
         row["conflict_rate"] = float(conflicts[r, 1:].sum() / steps_after_first) if num_tasks > 1 else 0.0
         row["gum_resets"] = int(resets[r].sum())
+        row["b_flags"] = [int(v) for v in flag_b[r]]
         row["acc_matrix_class"] = acc_class[r].round(2).tolist()
         row["acc_matrix_task"] = acc_task[r].round(2).tolist()
         per_run.append(row)
