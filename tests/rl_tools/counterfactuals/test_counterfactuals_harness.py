@@ -85,5 +85,7 @@ def test_http_adapter_100_items_end_to_end_against_loopback_server():
 
 
 def test_http_adapter_reports_unreachable_server():
-    http = harness.OpenAIChatAdapter("http://127.0.0.1:9/v1", "m", timeout=2)
-    assert http.complete(["x"]) == [None] and http.errors
+    waits = []
+    http = harness.OpenAIChatAdapter("http://127.0.0.1:9/v1", "m", timeout=2, retries=2, sleep=waits.append)
+    assert http.complete(["x"]) == [None] and len(http.errors) == 1
+    assert waits == [1.0, 2.0] and http.requests == 3  # a refused connection is retried with backoff
