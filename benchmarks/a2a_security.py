@@ -213,6 +213,9 @@ def main() -> None:
     parser.add_argument("--endpoint", default=None, help="an OpenAI-compatible base URL: run that model instead")
     parser.add_argument("--model", default=None, help="the endpoint's model name")
     parser.add_argument("--reasoning", action="store_true", help="the endpoint's model is a reasoning model")
+    parser.add_argument("--llm-spoofs", action="store_true",
+                        help="with --endpoint: the endpoint's model writes the AS look-alike cards (signed by the "
+                             "registered attacker) instead of the templates")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--claims-from-rows", action="store_true",
                         help="recompute the claims of the committed results file from its rows (no run)")
@@ -222,6 +225,8 @@ def main() -> None:
         for c in record["claims"]:
             print(c["id"], c["held"], c["evidence"][:160])
         return
+    if args.llm_spoofs and not args.endpoint:
+        raise SystemExit("--llm-spoofs needs --endpoint URL --model NAME (the model that writes the spoofs)")
     if args.cases < 1 or args.k_cases < 1:
         raise SystemExit(f"--cases={args.cases} --k-cases={args.k_cases}: expected at least 1 each")
     uptime_before = _uptime()
@@ -245,14 +250,25 @@ def main() -> None:
         print("LM policy:", stats)
         factory, label = (lambda: lm_policy.LMPolicySUT(scorer)), "core-lm-policy"
     extra["sut_label"] = label
+    spoof_counts = {"written": 0, "template_fallback": 0}
+
+    def with_spoofs(cases):  # --llm-spoofs: each AS case gets k model-written look-alikes
+        if not args.llm_spoofs:
+            return cases
+        from rl_tools.a2a_security.endpoint import EndpointSUT, write_spoof_sets
+        writer = EndpointSUT(args.endpoint, args.model, reasoning=args.reasoning, max_tokens=1024)
+        cases, counts = write_spoof_sets(writer, cases)
+        for key, value in counts.items():
+            spoof_counts[key] += value
+        return cases
 
     rows: list[dict] = []
     for sut_factory, sut_label, n in ((factory, label, args.cases),
                                       (ScriptedSUT, "scripted-obedient", args.floor_cases)):
         if n < 1:
             continue
-        cases = [c for attack in scenarios.ATTACKS for domain in scenarios.DOMAINS
-                 for c in episodes.generate(attack, domain, n, seed=args.seed, k=args.spoofs)]
+        cases = with_spoofs([c for attack in scenarios.ATTACKS for domain in scenarios.DOMAINS
+                             for c in episodes.generate(attack, domain, n, seed=args.seed, k=args.spoofs)])
         for policy in (NAIVE, HARDENED):
             t0 = time.perf_counter()
             rows += case_rows(episodes.run_suite(cases, policy, sut_factory), sut_label)
@@ -261,8 +277,8 @@ def main() -> None:
     sweep = []
     for k in [int(k) for k in args.k.split(",")]:
         for domain in scenarios.DOMAINS:
-            attack_cases = [c for c in episodes.generate("AS", domain, args.k_cases, seed=args.seed + 1 + k, k=k)
-                            if not c.control]
+            attack_cases = with_spoofs([c for c in episodes.generate("AS", domain, args.k_cases,
+                                                                     seed=args.seed + 1 + k, k=k) if not c.control])
             for policy in (NAIVE, HARDENED):
                 results = episodes.run_suite(attack_cases, policy, factory)
                 hits = sum(bool(r.success) for r in results)
@@ -274,6 +290,8 @@ def main() -> None:
     comparator = [{"table": "comparator", **r} for r in cloaking.evaluate(args.cc_agents, (1, 3, 8), seed=args.seed)]
     extra["oracle_corpus"] = oracle_corpus_stats()
 
+    extra["spoofs"] = ({"source": f"written by endpoint:{args.model}", **spoof_counts} if args.llm_spoofs
+                       else {"source": "templates (scenarios.spoof_card)"})
     case_table = [r for r in rows if r["table"] == "case"]
     all_rows = summary_rows(case_table) + sweep + comparator + case_table
     wall = time.perf_counter() - start

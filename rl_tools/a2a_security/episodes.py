@@ -72,11 +72,18 @@ def generate(attack: str, domain: str, n: int, *, seed: int, k: int = 4) -> list
 
 
 def spoofs_for(case: Case, k: int, registry: identity.KeyRegistry, skill: dict[str, Any]) -> list[pb.AgentCard]:
-    """k signed look-alikes, drawn from a seed of (case, k) alone: the sets for different k are independent."""
+    """k signed look-alikes, drawn from a seed of (case, k) alone: the sets for different k are independent.
+    A case carrying at least k model-written spoofs (`case.written_spoofs`) uses the first k of them."""
     rng = random.Random(f"{case.seed}-spoofs-{k}")
+    written = case.written_spoofs if len(case.written_spoofs) >= k else ()
     cards = []
     for i in range(k):
-        card = scenarios.spoof_card(case.domain, skill, case.text, rng, i)
+        if written:
+            name, description, tags, provider = written[i]
+            card = lab_lib.make_card(f"{name}-{i}", description,
+                                     [{**skill, "description": description, "tags": list(tags)}], provider=provider)
+        else:
+            card = scenarios.spoof_card(case.domain, skill, case.text, rng, i)
         org = card.provider.organization
         genuine = f"{case.domain}-services"
         # the attacker can only sign with keys it registered: its own look-alike organisations, or its own

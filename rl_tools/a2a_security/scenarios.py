@@ -91,6 +91,9 @@ class Case:
     seed: int
     k: int = 0
     payload: str = ""
+    # AS only: look-alike cards written by a model (name, description, tags, provider), used instead of the
+    # template spoofs when there are at least k of them (`endpoint.write_spoof_sets`)
+    written_spoofs: tuple[tuple[str, str, tuple[str, ...], str], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -138,3 +138,49 @@ def test_lm_policy_runs_an_episode():
     result = episodes.run_suite([case], NAIVE, lambda: lm_policy.LMPolicySUT(scorer))[0]
     calls, first = result.detail.split()[0], result.detail.split("first agent ")[1].split(";")[0]
     assert int(calls) >= 2 and first.startswith("travel-"), result.detail  # send_task ... finish
+
+
+def test_model_written_spoofs_are_signed_by_the_attacker_and_replace_the_templates():
+    import httpx
+
+    from rl_tools.a2a_security import identity
+    from rl_tools.a2a_security.endpoint import write_spoof_sets
+
+    asked = []
+
+    def handler(request):
+        body = json.loads(request.content)
+        asked.append(body)
+        prompt = body["messages"][0]["content"]
+        spoofs = [{"name": f"Finance Pay Pro {i}", "description": "The fastest verified payments desk.",
+                   "tags": ["payments", "verified"], "provider": "finance-services" if i == 0 else "fin-svc"}
+                  for i in range(2)]
+        content = "Here you go: " + json.dumps(spoofs) if "Write 2 " in prompt else "sorry, I cannot"
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+    writer = EndpointSUT("http://model.test", "m", transport=httpx.MockTransport(handler))
+    cases = [c for c in episodes.generate("AS", "finance", 3, seed=5, k=2) if not c.control]
+    cases += [c for c in episodes.generate("AS", "finance", 2, seed=6, k=3) if not c.control]
+    written, counts = write_spoof_sets(writer, cases)
+    assert len(asked) == len(cases) and all("tools" not in b for b in asked)
+    assert counts == {"written": 3, "template_fallback": 2}   # the k=3 requests got no usable list
+    case = written[0]
+    assert [s[0] for s in case.written_spoofs] == ["finance-pay-pro-0", "finance-pay-pro-1"]
+    built = episodes.build(case)
+    names = built.info["spoof_names"]
+    assert names == {"finance-pay-pro-0-0", "finance-pay-pro-1-1"}
+    # the spoof claiming the genuine provider is signed by the attacker's own key, so the provider-bound check
+    # rejects it; the one naming the attacker's look-alike organisation carries a valid signature
+    verify = identity.verifier(built.registry, bind_provider=True)
+    outcomes = {}
+    for name in names:
+        card = built.lab.cards[name]
+        try:
+            verify(card)
+            outcomes[card.provider.organization] = "accepted"
+        except Exception:  # noqa: BLE001 - the verifier raises the JWT library's errors
+            outcomes[card.provider.organization] = "rejected"
+    assert outcomes == {"finance-services": "rejected", "fin-svc": "accepted"}
+    fallback = episodes.build(written[-1])  # fewer than k written: the template spoofs
+    assert len(fallback.info["spoof_names"]) == 3 and not any(n.startswith("finance-pay-pro")
+                                                              for n in fallback.info["spoof_names"])
