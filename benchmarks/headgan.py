@@ -238,8 +238,8 @@ def main(argv=None):
         if args.name == "headgan":
             render(path)
         for c in rec["claims"]:
-            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c["effect"],
-                  c["interval"])
+            print({True: "HELD", False: "NOT HELD", None: "INCONCLUSIVE"}[c["held"]], c["id"], c.get("effect"),
+                  c.get("interval"))
         return
     t0 = time.time()
     load_before = os.getloadavg()
@@ -369,7 +369,9 @@ def render(path: pathlib.Path):
               "| claim | result | n | effect [interval] | evidence |", "|---|---|---|---|---|"]
     lines += [f"| {c['statement']} | {verdicts[c['held']]} | {c['n']} | {c['effect']:.4g} "
               f"[{', '.join('–' if v is None else f'{v:.4g}' for v in c['interval'])}] | {c['evidence']} |"
-              for c in rec["claims"]]
+              for c in rec["claims"] if c.get("kind") != "check"]
+    lines += [f"- check: {c['statement']}: {'holds' if c['held'] else 'FAILS'} ({c['evidence']})"
+              for c in rec["claims"] if c.get("kind") == "check"]
     lines += ["", f"Speed: {sp['images_per_s_all_arms']:.1f} generated+discriminated images/s for the training step "
               f"over all {sp['arms_in_parallel']} arms together (vmapped, batch {sp['batch_size']} each; 2 shared "
               f"CPU cores), i.e. {sp['images_per_s_all_arms'] / sp['arms_in_parallel']:.1f} images/s per arm. "
