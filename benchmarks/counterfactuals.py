@@ -224,6 +224,8 @@ def main() -> None:
     p.add_argument("--trace", action="store_true", help="train on execution traces before the answer")
     p.add_argument("--workdir", type=pathlib.Path, default=ROOT / "runs" / "bench_counterfactuals")
     p.add_argument("--fresh", action="store_true", help="delete the workdir first (otherwise resume)")
+    p.add_argument("--reuse", action="store_true",
+                   help="take a seed whose eval.json and metrics.json exist from its folder instead of rerunning it")
     p.add_argument("--claims-from-rows", action="store_true",
                    help="recompute the claims of the committed results files from their rows (no training)")
     args = p.parse_args()
@@ -241,7 +243,10 @@ def main() -> None:
         wd = args.workdir / f"seed{seed}"
         if args.fresh and wd.exists():
             shutil.rmtree(wd)
-        metrics = run(config, wd)
+        if args.reuse and (wd / "eval.json").exists() and (wd / "metrics.json").exists():
+            metrics = json.loads((wd / "metrics.json").read_text())  # a finished seed of the same command
+        else:
+            metrics = run(config, wd)
         params = metrics["params"]
         evals = json.loads((wd / "eval.json").read_text())
         rows += seed_rows(seed, evals)
