@@ -15,6 +15,8 @@ EXPERIMENT = Experiment(
               "demo": "~3 min wall on the shared 2-core machine (compile ~1-2 min)",
               "bench_simsiam": "~25 min on 2 CPU cores (9 runs x 150 steps)",
               "bench_simclr": "~25 min on 2 CPU cores (9 runs x 150 steps)",
+              "bench_moco": "~25 min on 2 CPU cores (9 runs x 150 steps)",
+              "bench_order": "~25 min on 2 CPU cores (9 runs x 150 steps)",
               "ucf101": "GPU; needs the user's UCF101 frames and split files"},
 )
 
