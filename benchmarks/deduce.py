@@ -39,7 +39,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from core import plots  # noqa: E402
 from core.datasets import DatasetMissingError  # noqa: E402
 from core.results import (  # noqa: E402
-    check,
     claim,
     interval_claim,
     paired_claim,
@@ -303,9 +302,15 @@ def released_claims(rows) -> list[dict]:
     b_row = main.get("derpp_deduce_b_rel")
     if b_row is not None:
         flags = [f for per_run in b_row["per_seed_b_flags"] for f in per_run[1:]]
-        claims.append(check("detector_b_can_fire", "detector B (E_T after partial training) fires on some tasks",
-                            sum(flags) > 0, f"fired on {sum(flags)} of {len(flags)} (seed, task) decisions after "
-                            "the first task", n=len(flags)))
+        from core.results import wilson_interval
+        k, n = int(sum(flags)), len(flags)
+        lo, hi = wilson_interval(k, n)
+        lo = 0.0 if k == 0 else lo   # the Wilson bound of 0/n is 0 up to rounding
+        claims.append(claim("detector_b_fires_split_fmnist", "detector B (E_T after partial training) flags "
+                            "negative transfer on some Split Fashion-MNIST tasks", True if lo > 0 else None,
+                            f"fired on {k} of {n} (seed, task) decisions after the first task, 95% Wilson interval "
+                            f"[{lo:.3g}, {hi:.3g}] vs never (0)", n=n, effect=k / n, interval=[float(lo), float(hi)],
+                            test="Wilson interval"))
     return claims
 
 

@@ -150,7 +150,10 @@ class ResNet18:
 
     def init(self, key: jax.Array) -> Params:
         keys = iter(jax.random.split(key, 64))
-        he = jax.nn.initializers.he_normal()
+
+        def he(k, shape):   # He normal (untruncated): std sqrt(2 / fan_in)
+            fan_in = shape[0] * shape[1] * shape[2]
+            return jax.random.normal(k, shape) * jnp.sqrt(2.0 / fan_in)
 
         def bn(c):
             return {"scale": jnp.ones((c,)), "bias": jnp.zeros((c,)), "mean": jnp.zeros((c,)), "var": jnp.ones((c,))}
@@ -164,7 +167,7 @@ class ResNet18:
                 blk["short"] = {"kernel": he(next(keys), (1, 1, ci, co))}
                 blk["bn_short"] = bn(co)
             p[name] = blk
-        p["head"] = {"kernel": jax.nn.initializers.lecun_normal()(next(keys), (8 * self.nf, self.num_classes)),
+        p["head"] = {"kernel": jax.random.normal(next(keys), (8 * self.nf, self.num_classes)) / jnp.sqrt(8.0 * self.nf),
                      "bias": jnp.zeros((self.num_classes,))}
         return p
 

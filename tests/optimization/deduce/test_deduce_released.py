@@ -97,7 +97,7 @@ def test_released_unlearning_step_and_its_copy_by_hand(setup):
                        task=buf.task.at[:n_old].set(0), n_seen=jnp.asarray(n_old, jnp.int32))
     anchor = jax.tree.map(lambda p: p - 0.02, state.params)
     st = state._replace(buffer=buf, anchor=anchor)
-    h = dict(hp[1], epsilon=jnp.asarray(1.0))
+    h = dict(hp[1], epsilon=jnp.asarray(1.0, jnp.float32))   # same dtype: no recompile
     xb, yb = arrays["train_x"][1][:10], arrays["train_y"][1][:10]
     out, metrics = trainer.step(st, h, xb, yb, jnp.asarray(1, jnp.int32))
     assert float(metrics["fired"]) == 1
