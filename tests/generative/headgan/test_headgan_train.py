@@ -94,7 +94,7 @@ def test_sharded_step_equals_single_device():
          "pitch": jnp.asarray(rng.uniform(-0.3, 0.3, (2, n)), jnp.float32),
          "sem": jnp.asarray(rng.normal(size=(2, n, cfg.encoder.sem_dim)), jnp.float32)}
     batch = train.sample_batch(d, jnp.int32(1), jax.random.key(3), 8)
-    sw = jnp.asarray(train.arm_switches(cfg, "semantic/balanced+vicico"))
+    sw = jnp.asarray(train.arm_switches(cfg, "semantic/balanced+vicico+fix"))  # + minibatch std across devices
     step = jax.jit(train.make_train_step(cfg, graphdefs, tx), compiler_options=train.compiler_options(cfg))
     single, m1 = step(state, batch, sw)
     mesh = make_mesh(data=8)
@@ -119,15 +119,16 @@ def test_sharded_step_equals_single_device():
 def test_arm_switches():
     cfg = configs.tiny()
     f32 = lambda *v: np.array(v, np.float32)
-    np.testing.assert_array_equal(train.arm_switches(cfg, "camera/imbalanced"), f32(1, 0, 1, 0, cfg.train.gpc_prob, 0))
+    np.testing.assert_array_equal(train.arm_switches(cfg, "camera/imbalanced"),
+                                  f32(1, 0, 1, 0, cfg.train.gpc_prob, 0, 0, 1))
     np.testing.assert_array_equal(train.arm_switches(cfg, "semantic/balanced+vicico"),
-                                  f32(0, 1, 1, 1, 0, cfg.train.vicico_weight))
+                                  f32(0, 1, 1, 1, 0, cfg.train.vicico_weight, 0, 1))
     np.testing.assert_array_equal(train.arm_switches(cfg, "camera_semantic/balanced"),
-                                  f32(1, 1, 1, 1, cfg.train.gpc_prob, 0))
+                                  f32(1, 1, 1, 1, cfg.train.gpc_prob, 0, 0, 1))
 
 
 def test_presets_and_config_errors():
-    assert {"tiny", "demo", "bench", "paper"} <= set(EXPERIMENT.presets)
+    assert {"tiny", "demo", "bench", "gpu", "paper"} <= set(EXPERIMENT.presets)
     paper = EXPERIMENT.presets["paper"]
     assert paper.model.decoder_hidden == 64 and paper.model.feat_dim == 32 and paper.train.gpc_prob == 0.7
     cfg = configs.tiny()
