@@ -35,13 +35,14 @@ class ModelConfig:
     SEW residual blocks per stage; `sew_resnet18`: SEW-ResNet18 (ADD connect). Then global average pooling
     of spikes per step (the backbone feature f^t), and a 2-layer MLP projector (feature z^t = F(x^t))."""
 
+    # backbone: the notes' small spiking CNN or SEW-ResNet18 (the paper's UCF101 net)
     arch: Literal["cnn", "sew_resnet18"] = "cnn"
-    channels: tuple[int, ...] = (16, 32, 64)
+    channels: tuple[int, ...] = (16, 32, 64)  # channels of each spiking-conv stage
     blocks_per_stage: int = 0  # SEW blocks after each stage's spiking conv (cnn only)
     stem_stride: int = 1  # stride of the first spiking conv (cnn only; the later stages use 2)
-    in_channels: int = 1
-    proj_hidden: int = 256
-    proj_dim: int = 128
+    in_channels: int = 1  # input image channels (1 grey, 3 RGB)
+    proj_hidden: int = 256  # hidden width of the projector MLP
+    proj_dim: int = 128  # projector output size (the SSL embedding)
     head_hidden: int = 128  # P_T, P_C and the SimSiam/BYOL predictor
     proj_out_bn: bool = True  # BN (no scale/shift) on the projector's output, as SimSiam's (and MoCo v3's) projector
     per_view_bn: bool = True  # each view is its own forward pass (BN statistics per view), as SimSiam's recipe
@@ -66,13 +67,14 @@ class LossConfig:
     The step term is a mean over t (not a sum), so step and clip terms weigh the same.
     """
 
+    # the self-supervised objective PredNext is added to
     base: Literal["simclr", "simsiam", "byol", "barlowtwins", "moco"] = "simsiam"
-    alpha: float = 0.5
-    beta: float = 0.2
+    alpha: float = 0.5  # PredNext weight: L = (1 - alpha) L_ssl + alpha L_pred (not stated in the paper)
+    beta: float = 0.2  # weight of the forced-consistency term (the `forced` variant)
     step_offset: int = 1  # m
     temperature: float = 0.2  # InfoNCE temperature of SimCLR and MoCo (MoCo v2: 0.2)
-    barlow_lambda: float = 5e-3
-    byol_momentum: float = 0.99
+    barlow_lambda: float = 5e-3  # Barlow Twins off-diagonal weight
+    byol_momentum: float = 0.99  # EMA momentum of BYOL's target network
     moco_queue: int = 4096  # MoCo v2: negatives queue length (keys of past batches; >= 2 x batch)
     moco_momentum: float = 0.999  # MoCo v2: EMA momentum of the key encoder
 
@@ -99,7 +101,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 50
     probe_steps: int = 300  # full-batch Adam steps of the linear probe
-    probe_lr: float = 0.05
+    probe_lr: float = 0.05  # Adam learning rate of the linear probe
     eval_clips: int = 3  # clips per video, features averaged (the paper's protocol)
     finetune_steps: int = 100  # supervised fine-tuning of the pretrained backbone + a linear head (0: off)
     finetune_lr: float = 1e-3  # AdamW, cosine decay, for backbone and head
@@ -129,11 +131,12 @@ class Config:
     model: ModelConfig = ModelConfig()
     loss: LossConfig = LossConfig()
     train: TrainConfig = TrainConfig()
+    # videos: generated moving digits, or UCF101 / HMDB51 frame folders
     source: Literal["moving_digits", "ucf101", "hmdb51"] = "moving_digits"
     data_root: str = ""  # frame folders <root>/<class>/<video>/*.jpg (ucf101 / hmdb51)
     split_dir: str = ""  # the dataset's split files
-    frame_stride: int = 2
-    variants: tuple[str, ...] = ("base", "prednext", "forced")
+    frame_stride: int = 2  # keep every n-th frame of a frame-folder video
+    variants: tuple[str, ...] = ("base", "prednext", "forced")  # variants trained side by side (keys of VARIANTS)
 
     def __post_init__(self):
         check(len(self.variants) >= 1 and all(v in VARIANTS for v in self.variants), "variants", self.variants,

@@ -61,12 +61,12 @@ TASK_LABELS = {"motion": ("motion", "digit"), "order": ("order", "digit")}
 class VideoConfig:
     """The moving-digits generator and the clip sampler."""
 
-    n_train: int = 1024
-    n_test: int = 512
-    canvas: int = 32
+    n_train: int = 1024  # generated training videos
+    n_test: int = 512  # generated test videos
+    canvas: int = 32  # frame size, px (square)
     length: int = 32  # frames per video
     min_size: int = 12  # sprite size on the canvas, px (drawn uniformly in [min_size, max_size])
-    max_size: int = 16
+    max_size: int = 16  # largest sprite size, px
     clip_len: int = 8  # T: frames per clip = SNN time steps
     future_gap: int = 8  # the future clip starts at least this many frames after the clip starts
     jitter: int = 1  # temporal jitter of each view's start, frames (+-)

@@ -88,13 +88,14 @@ def spike(x: jax.Array, surrogate: str = "sigmoid", alpha: float = 4.0) -> jax.A
 class LIFConfig:
     """LIF neuron settings; defaults are SpikingJelly's `LIFNode` with the Sigmoid surrogate."""
 
-    tau: float = 2.0
-    v_threshold: float = 1.0
+    tau: float = 2.0  # membrane time constant (decay 1/tau per step)
+    v_threshold: float = 1.0  # firing threshold
     v_reset: float | None = 0.0  # None: soft reset (subtract the threshold)
-    decay_input: bool = True
-    surrogate: Literal["sigmoid", "atan"] = "sigmoid"
-    alpha: float = 4.0
-    detach_reset: bool = False
+    decay_input: bool = True  # the input is scaled by 1/tau too (SpikingJelly's decay_input)
+    surrogate: Literal["sigmoid", "atan"] = "sigmoid"  # surrogate gradient of the spike step
+    alpha: float = 4.0  # surrogate sharpness
+    detach_reset: bool = False  # no gradient through the reset
+    # update order of charge, fire and reset (SpikingJelly's or snnTorch's)
     order: Literal["spikingjelly", "snntorch"] = "spikingjelly"
     parametric: bool = False  # PLIF: 1/tau = sigmoid(w) learned per layer, w initialised from tau
 

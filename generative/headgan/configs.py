@@ -108,12 +108,12 @@ class EncoderConfig:
 
     sem_dim: int = 32  # embedding size (CLIP ViT-L/14: 768)
     feat_dim: int = 64  # metric feature size (Inception: 2048)
-    channels: int = 32
-    n_train: int = 2048
+    channels: int = 32  # conv width of the two encoders
+    n_train: int = 2048  # rendered heads the encoders are trained on
     steps: int = 400
     lr: float = 2e-3
     batch_size: int = 64
-    fast_compile: bool = False
+    fast_compile: bool = False  # XLA optimisation level 0 for the encoders: faster compiles, slower steps (tests)
 
     def __post_init__(self):
         for name in ("sem_dim", "feat_dim", "channels", "n_train", "steps", "batch_size"):
@@ -125,21 +125,21 @@ class EncoderConfig:
 class ModelConfig:
     """Mapping net, tri-plane synthesis, decoder MLP, volume renderer, super-resolution, dual discriminator."""
 
-    z_dim: int = 512
-    w_dim: int = 512
-    map_layers: int = 8
-    cond_embed: int = 512
-    syn_channels: int = 256
-    plane_res: int = 256
-    plane_channels: int = 32
-    decoder_hidden: int = 64
+    z_dim: int = 512  # latent z size
+    w_dim: int = 512  # mapping output w size (the style vector)
+    map_layers: int = 8  # layers of the mapping MLP
+    cond_embed: int = 512  # size of the condition embedding fed to the mapping net
+    syn_channels: int = 256  # channels of the tri-plane synthesis convs
+    plane_res: int = 256  # tri-plane resolution (a power of two)
+    plane_channels: int = 32  # feature channels per tri-plane
+    decoder_hidden: int = 64  # hidden width of the tri-plane decoder MLP
     feat_dim: int = 32  # rendered feature channels; the first 3 are the raw RGB image
     raw_res: int = 64  # neural rendering resolution; the SR stage goes from raw_res to data.res
     n_coarse: int = 48  # stratified samples per ray
     n_fine: int = 48  # importance samples per ray
-    sr_channels: int = 128
-    d_channels: int = 128
-    d_embed: int = 256
+    sr_channels: int = 128  # channels of the super-resolution convs
+    d_channels: int = 128  # base channels of the discriminator (doubling per downsample, capped at 4x)
+    d_embed: int = 256  # discriminator feature / condition-projection size
     mbstd_group: int = 4  # group size of D's minibatch-stddev layer in arms with +mbstd/+fix (EG3D 4)
 
     def __post_init__(self):
@@ -157,18 +157,18 @@ class ModelConfig:
 class TrainConfig:
     steps: int = 2000
     batch_size: int = 32
-    g_lr: float = 2.5e-3
-    d_lr: float = 2e-3
-    beta1: float = 0.0
-    beta2: float = 0.99
-    r1_gamma: float = 1.0
+    g_lr: float = 2.5e-3  # generator Adam learning rate (EG3D 0.0025)
+    d_lr: float = 2e-3  # discriminator Adam learning rate (EG3D 0.002)
+    beta1: float = 0.0  # Adam beta1 of both networks
+    beta2: float = 0.99  # Adam beta2 of both networks
+    r1_gamma: float = 1.0  # R1 gradient penalty weight on real images
     gpc_prob: float = 0.7  # generator pose conditioning: swap probability for camera-conditioned G (PanoHead)
     vicico_weight: float = 1.0  # weight of the ViCiCo term relative to the NS loss (unknown in the paper)
     map_lr_mult: float = 0.01  # lr multiplier of the mapping net and condition embedding in +maplr/+fix arms (EG3D)
     # G_ema, evaluated everywhere (StyleGAN2/EG3D): half-life ema_kimg * batch / 32 thousand images, capped at
     # ema_rampup x the images seen so far; ema_kimg=0 evaluates the raw generator
     ema_kimg: float = 10.0
-    ema_rampup: float = 0.05
+    ema_rampup: float = 0.05  # G_ema half-life cap as a fraction of the images seen so far
     eval_every: int = 500
     eval_samples: int = 1024  # samples per view bin in the final evaluation (FD, z-diversity)
     curve_samples: int = 256  # samples of the FD-random evaluated during training (the curves)
@@ -198,6 +198,7 @@ class Config:
     encoder: EncoderConfig = EncoderConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
+    # arms trained side by side: MODE/REGIME[+vicico][+fix|+mbstd|+maplr][+gpc=P] (see parse_arm)
     arms: tuple[str, ...] = ("camera/imbalanced", "camera/balanced", "semantic/imbalanced", "semantic/balanced",
                              "semantic/balanced+vicico")
 

@@ -46,7 +46,7 @@ class DataConfig:
     60k MNIST training set installed by `make benchmark-data`, test on the 10k test set; test_fraction unused)."""
 
     dataset: str = "split_mnist"
-    classes_per_task: int = 2
+    classes_per_task: int = 2  # classes in each task of a split benchmark
     num_tasks: int = 5             # perm_mnist: number of permutations; split sets: must match classes
     test_fraction: float = 0.2     # split_mnist / digits: the share of each class held out for testing
     val_fraction: float = 0.0      # >0: test on a validation split carved from the training data instead
@@ -75,7 +75,7 @@ class ModelConfig:
 
     arch: str = "mlp"              # "mlp" (hidden / conv below) or "resnet18" (with batch norm; image inputs)
     hidden: tuple[int, ...] = (100, 100)   # DER's Seq-MNIST network: 784-100-100-10
-    conv: tuple[int, ...] = ()
+    conv: tuple[int, ...] = ()  # channels of the 3x3 stride-2 conv layers before the MLP (mlp arch; () none)
     width: int = 64                # resnet18: base width nf (64 in the released code's backbone)
 
     def __post_init__(self):
@@ -140,7 +140,7 @@ class DeduceConfig:
 class TrainConfig:
     epochs: int = 1
     batch_size: int = 10           # DER's Seq-MNIST protocol: batch 10, buffer minibatch 10
-    buffer_batch: int = 10
+    buffer_batch: int = 10  # replay-buffer examples drawn per step
     lr: float = 0.03
     der_alpha: float = 0.3         # DER++ logit-matching weight (method notes: 0.3)
     der_beta: float = 0.5          # DER++ buffer-label weight (method notes: 0.5)
@@ -169,8 +169,9 @@ class Config:
     model: ModelConfig = ModelConfig()
     deduce: DeduceConfig = DeduceConfig()
     train: TrainConfig = TrainConfig()
+    # methods trained side by side (baselines and DEDUCE variants)
     arms: tuple[str, ...] = ("er", "derpp", "er_deduce", "derpp_deduce")
-    buffer_sizes: tuple[int, ...] = (500,)
+    buffer_sizes: tuple[int, ...] = (500,)  # replay-buffer sizes, each run for every arm
     seeds: int = 5
     seed: int = 0                  # base seed; run seeds are seed, seed+1, ...
 

@@ -35,7 +35,7 @@ class CFConfig:
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    eval_batch: int = 64
+    eval_batch: int = 64  # items per batch of the greedy evaluation
     seed: int = 0
     log_every: int = 100
 
