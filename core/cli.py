@@ -211,6 +211,8 @@ def experiment_info(name: str) -> str:
     lines = [f"{exp.name} (paper {exp.paper if exp.paper is not None else '-'}): {exp.title}", ""]
     method = _method_record(exp.paper)
     if method is not None:
+        if method.get("claim"):
+            lines.append(f"the paper's claim: {method['claim']}")
         lines.append(f"status: {method['status']}" + (f" (missing: {method['missing']})" if method.get("missing")
                                                      else ""))
         for key, label in (("scaled", "scaled down"), ("data", "data")):
@@ -387,6 +389,12 @@ def render_report(root: pathlib.Path) -> str:
              _fmt(r["metrics"].get("compile_seconds", "-")), _headline(r["metrics"])] for r in runs]
     header = ["experiment", "paper", "preset", "seconds", "compile s", "headline metrics"]
     md = ["# iclr26 report", ""] + ([note, ""] if note else []) + [_markdown_table(header, rows), ""]
+    claim_rows = _claim_rows(runs)
+    claim_header = ["experiment", "the paper's claim", "this run"]
+    if claim_rows:
+        md += ["## The papers' claims beside this run's numbers", "",
+               "A demo preset is far smaller than the paper's setting: the committed benchmark "
+               "(`iclr26 info NAME`) is what tests the claim.", "", _markdown_table(claim_header, claim_rows), ""]
     for r in runs:
         folder = pathlib.Path(r["workdir"])
         pngs = sorted(folder.glob("*.png"))
@@ -395,7 +403,34 @@ def render_report(root: pathlib.Path) -> str:
             md += [f"![{p.stem}]({os.path.relpath(p, root)})" for p in pngs]
             md.append("")
     (root / "report.md").write_text("\n".join(md) + "\n")
-    return _format_table(header, rows)
+    table = _format_table(header, rows)
+    if claim_rows:
+        table += "\n\nThe papers' claims beside this run's numbers (the committed benchmarks test them):\n"
+        table += "\n".join(f"- {e}: {c}\n    this run: {v}" for e, c, v in claim_rows)
+    return table
+
+
+def _claim_value(value: Any) -> str:
+    if isinstance(value, dict):  # e.g. one value per sweep point
+        items = list(value.items())
+        text = ", ".join(f"{k}={_fmt(v)}" for k, v in items[:3])
+        return f"{{{text}{', ...' if len(items) > 3 else ''}}}"
+    return _fmt(value)
+
+
+def _claim_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """[experiment, the paper's claim, the run's metrics named by methods.toml's demo_metrics] per run of a
+    paper's method (from benchmarks/methods.toml; none outside a source checkout)."""
+    out = []
+    for r in runs:
+        method = _method_record(r.get("paper"))
+        if not method or not method.get("claim") or "FAILED" in r["metrics"]:
+            continue
+        keys = method.get("demo_metrics", [])
+        values = ", ".join(f"{k}={_claim_value(r['metrics'][k])}" if k in r["metrics"] else f"{k}=(not reported)"
+                           for k in keys) or "(no demo metric bears on it; see the benchmark)"
+        out.append([r["experiment"], method["claim"], values])
+    return out
 
 
 def cmd_report(args: argparse.Namespace) -> int:

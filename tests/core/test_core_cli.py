@@ -184,3 +184,20 @@ def test_set_takes_several_overrides_in_the_order_written(capsys, tmp_path):
     code, _, err = _run_cli(capsys, "run", "regression", "--preset", "tiny", "--set", "steps=3", "lr=-2",
                             "--workdir", str(tmp_path))
     assert code == 2 and err.strip() == "iclr26: error: lr=-2.0: expected a positive learning rate"
+
+
+def test_report_prints_each_papers_claim_beside_the_runs_numbers(tmp_path):
+    import json
+    runs = [{"experiment": "fedftrl", "paper": 8, "title": "", "preset": "demo", "seconds": 1.0,
+             "metrics": {"regret/FedFTRL/complete": 27.5, "regret/FedExp3/complete": 117.6},
+             "workdir": str(tmp_path / "fedftrl")},
+            {"experiment": "regression", "paper": None, "title": "", "preset": "tiny", "seconds": 1.0,
+             "metrics": {"eval_mse": 0.1}, "workdir": str(tmp_path / "regression")}]
+    (tmp_path / "summary.json").write_text(json.dumps({"note": "", "runs": runs}))
+    out = cli.render_report(tmp_path)
+    assert "- fedftrl: FedFTRL attains O(sqrt T) regret" in out
+    assert "regret/FedFTRL/complete=27.5, regret/FedExp3/complete=117.6, regret/Gossip UCB/complete=(not reported)" \
+        in out
+    assert "regression:" not in out.split("claims beside")[-1]  # no paper, no claim
+    report = (tmp_path / "report.md").read_text()
+    assert "## The papers' claims beside this run's numbers" in report and "| fedftrl | FedFTRL attains" in report
