@@ -20,7 +20,8 @@ def test_generation_is_seeded_and_exports_jsonl(tmp_path):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert a != scenarios.generate_cases("ATSI", "healthcare", 5, seed=4)
     first = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[0])
-    assert set(first) == {"attack", "domain", "skill", "params", "text", "control", "seed", "k", "payload"}
+    assert set(first) == {"attack", "domain", "skill", "params", "text", "control", "seed", "k", "payload",
+                          "written_spoofs"}
     assert [c.control for c in a[:2]] == [False, True]  # every attack case is paired with its control
     with pytest.raises(ValueError, match="attack='XSS': expected one of"):
         scenarios.generate_cases("XSS", "travel", 1, seed=0)
