@@ -15,6 +15,8 @@ Public pieces:
 
 - `gp_model`: the numpyro model (used for MAP and for NUTS);
 - `fit_map`: MAP hyperparameters by fixed-step optax L-BFGS under `jit` from two starts;
+- `fit_map_to_tol`: the same fit run to a gradient / relative-change tolerance (scipy's defaults), with its
+  iteration count;
 - `fit_nuts`: fully Bayesian hyperparameters by NUTS (SAASBO-style averaging downstream);
 - `posterior`, `predict`, `predict_joint`, `posterior_cov`: the exact GP posterior from one Cholesky factor.
 """
@@ -162,6 +164,75 @@ def fit_map(x: jax.Array, y: jax.Array, mask: jax.Array, warm: GPParams | None =
     fits, losses = jax.lax.map(lambda p: _lbfgs(x, y, mask, p, steps), inits)
     best = jnp.argmin(losses)
     return jax.tree.map(lambda a: a[best], fits)
+
+
+# scipy's L-BFGS-B defaults (factr 1e7 times machine epsilon; pgtol), which BoTorch's fit_gpytorch_mll uses
+SCIPY_FTOL, SCIPY_GTOL = 1e7 * 2.220446049250313e-16, 1e-5
+
+
+class FitInfo(NamedTuple):
+    """How a fit to tolerance ended: L-BFGS iterations taken, whether a tolerance (not max_steps) stopped it,
+    and the final objective -log joint / n (the per-observation scale on which the tolerances act)."""
+
+    iterations: jax.Array
+    converged: jax.Array
+    loss: jax.Array
+
+
+def _lbfgs_to_tol(x, y, mask, init: GPParams, max_steps: int, ftol: float, gtol: float) -> tuple[GPParams, FitInfo]:
+    n = jnp.maximum(jnp.sum(mask), 1.0)
+
+    def loss(u):  # per observation, as gpytorch's ExactMarginalLogLikelihood divides by n
+        return -log_joint(_from_raw(u), x, y, mask) / n
+
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(loss)
+    u0 = _to_raw(init)
+
+    def cond(carry):
+        _, _, k, _, stop, _ = carry
+        return (k < max_steps) & ~stop
+
+    def body(carry):
+        u, state, k, f_prev, _, _ = carry
+        value, grad = value_and_grad(u, state=state)
+        gmax = jnp.max(jnp.concatenate([jnp.abs(g).ravel() for g in jax.tree.leaves(grad)]))
+        rel = (f_prev - value) / jnp.maximum(jnp.maximum(jnp.abs(f_prev), jnp.abs(value)), 1.0)
+        done = (gmax <= gtol) | ((k > 0) & (rel <= ftol))
+        updates, new_state = opt.update(grad, state, u, value=value, grad=grad, value_fn=loss)
+        new_u = optax.apply_updates(u, updates)
+        ok = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(new_u)])) & ~done
+        new_u = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_u, u)
+        new_state = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_state, state)
+        bad = ~done & ~ok  # a non-finite step: stop at the last finite point, not converged
+        return new_u, new_state, k + jnp.where(done | bad, 0, 1), value, done | bad, done
+
+    f0 = jnp.asarray(jnp.inf, x.dtype)
+    no = jnp.asarray(False)
+    u, _, k, _, _, done = jax.lax.while_loop(cond, body, (u0, opt.init(u0), jnp.asarray(0), f0, no, no))
+    value = loss(u)
+    return _from_raw(u), FitInfo(k, done, jnp.where(jnp.isfinite(value), value, jnp.inf))
+
+
+def fit_map_to_tol(x: jax.Array, y: jax.Array, mask: jax.Array, warm: GPParams | None = None, *,
+                   max_steps: int = 1000, ftol: float = SCIPY_FTOL, gtol: float = SCIPY_GTOL
+                   ) -> tuple[GPParams, FitInfo]:
+    """MAP hyperparameters like `fit_map`, but L-BFGS runs until convergence rather than a fixed step count:
+    it stops when the largest gradient entry of -log joint / n is at most `gtol`, or the relative decrease of
+    that objective over one iteration is at most `ftol` (scipy L-BFGS-B's tests, with its defaults), or after
+    `max_steps` iterations (then `converged` is False), or when a step goes non-finite.
+
+    Starts as `fit_map` (prior mode, then `warm` if given; the better fit wins). Jittable (a while loop: one
+    compile per (n_max, d)). Returns (params, FitInfo of the winning start)."""
+    d = x.shape[-1]
+    start = default_params(d, x.dtype)
+    if warm is None:
+        inits = jax.tree.map(lambda a: a[None], start)
+    else:
+        inits = jax.tree.map(lambda a, b: jnp.stack([a, b]), start, warm)
+    fits, infos = jax.lax.map(lambda p: _lbfgs_to_tol(x, y, mask, p, max_steps, ftol, gtol), inits)
+    best = jnp.argmin(infos.loss)
+    return jax.tree.map(lambda a: a[best], fits), jax.tree.map(lambda a: a[best], infos)
 
 
 def fit_nuts(x: jax.Array, y: jax.Array, mask: jax.Array, key: jax.Array, *, num_warmup: int = 128,

@@ -142,3 +142,34 @@ def test_nuts_hyperparameter_samples_and_averaged_acquisition():
     per = np.stack([np.asarray(acquisition.log_ei(*gp.predict(jax.tree.map(lambda a: a[i], posts), xs), best))
                     for i in range(4)])
     np.testing.assert_allclose(got, logsumexp(per, axis=0) - np.log(4), rtol=1e-10)
+
+
+def test_fit_map_to_tol_reaches_scipy_optimum_and_stops_on_tolerance():
+    """The fit to tolerance meets its own stopping test (gradient or relative change), takes fewer than
+    max_steps, and lands on the optimum scipy's L-BFGS-B finds for the same
+    objective from the same start (scipy.optimize.minimize, its defaults: the tolerances of fit_gpytorch_mll)."""
+    from scipy import optimize
+
+    x, y, mask = data(n=12)
+    ys, _, _ = gp.standardize(jnp.asarray(y), jnp.asarray(mask))
+    args = (jnp.asarray(x), ys, jnp.asarray(mask))
+    p, info = jax.jit(lambda *a: gp.fit_map_to_tol(*a, max_steps=500))(*args)
+    assert bool(info.converged) and 0 < int(info.iterations) < 500, info
+    ours = float(gp.log_joint(p, *args))
+    n = float(mask.sum())
+
+    def unpack(v):
+        return gp._from_raw({"log_ls": jnp.asarray(v[:3]), "log_noise": jnp.asarray(v[3]), "mean": jnp.asarray(v[4])})
+
+    f = jax.jit(jax.value_and_grad(lambda v: -gp.log_joint(unpack(v), *args) / n))
+    u0 = gp._to_raw(gp.default_params(3))
+    v0 = np.concatenate([np.asarray(u0["log_ls"]), [float(u0["log_noise"]), float(u0["mean"])]])
+    res = optimize.minimize(lambda v: tuple(np.asarray(a, np.float64) for a in f(jnp.asarray(v))), v0, jac=True,
+                            method="L-BFGS-B")
+    ref = -float(res.fun) * n
+    assert abs(ours - ref) <= 1e-4 * max(1.0, abs(ref)), (ours, ref, res.message)
+    np.testing.assert_allclose(np.asarray(p.lengthscale), np.asarray(unpack(res.x).lengthscale), rtol=2e-2)
+    # the stopping test itself: the gradient at the returned point is small or the last step changed little
+    g = np.asarray(f(jnp.concatenate([jnp.log(p.lengthscale), jnp.log(p.noise - gp.NOISE_FLOOR)[None],
+                                      p.mean[None]]))[1])
+    assert np.max(np.abs(g)) <= 1e-3, g
