@@ -27,6 +27,7 @@ atan (α/2) / (1 + (π α x / 2)²).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Literal
 
@@ -38,6 +39,7 @@ from core.config import check
 
 SURROGATES = ("sigmoid", "atan")
 ORDERS = ("spikingjelly", "snntorch")
+UNROLL_MAX = 16  # scans over at most this many steps are unrolled
 
 
 # ---------------------------------------------------------------- surrogate spike functions
@@ -110,16 +112,27 @@ class LIFConfig:
 
 
 def lif_scan(x: jax.Array, config: LIFConfig = LIFConfig(), *, decay: jax.typing.ArrayLike | None = None,
-             return_membrane: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
-    """Run a LIF neuron over time. x: (T, ...) input currents -> spikes (T, ...) (and membrane V (T, ...)).
+             return_membrane: bool = False, custom_vjp: bool = True) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Run a LIF neuron over time. x: (T, ...) input currents -> spikes (T, ...) (and membrane H (T, ...)).
 
     `decay` overrides 1/tau (a traced scalar for the parametric LIF). The state starts at zero (V = V_reset
-    for a hard reset) for every call.
+    for a hard reset) for every call. With `custom_vjp` (the default) the SpikingJelly order runs as one
+    `jax.custom_vjp`: the forward scan keeps only H, and a reverse scan computes the surrogate gradient
+    (the gradients equal differentiating the plain scan, tested); the snnTorch order always runs the plain scan.
     """
     if x.ndim < 1:
         raise ValueError(f"x of shape {x.shape}: expected a time-major sequence (T, ...)")
+    k = jnp.asarray(1.0 / config.tau if decay is None else decay, x.dtype)
+    if custom_vjp and config.order == "spikingjelly":
+        spikes, membrane = _lif_sj(config, decay is not None, x, k)
+    else:
+        spikes, membrane = lif_scan_autodiff(x, config, k)
+    return (spikes, membrane) if return_membrane else spikes
+
+
+def lif_scan_autodiff(x: jax.Array, config: LIFConfig, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The plain `lax.scan` of the neuron, differentiated by JAX: (T, ...) -> (spikes, membrane), k = 1/tau."""
     c = config
-    k = jnp.asarray(1.0 / c.tau if decay is None else decay, x.dtype)
     hard = c.v_reset is not None
     v_reset = jnp.asarray(c.v_reset if hard else 0.0, x.dtype)
     v_th = jnp.asarray(c.v_threshold, x.dtype)
@@ -152,7 +165,84 @@ def lif_scan(x: jax.Array, config: LIFConfig = LIFConfig(), *, decay: jax.typing
 
         zeros = jnp.zeros(x.shape[1:], x.dtype)
         _, (spikes, membrane) = jax.lax.scan(step, (zeros, zeros), x)
-    return (spikes, membrane) if return_membrane else spikes
+    return spikes, membrane
+
+
+# The SpikingJelly-order neuron as one custom VJP (SpikingJelly's multi-step LIF backward does the same: the
+# forward keeps H[t], the backward runs in reverse with dL/dV[t] as its carry):
+#   dL/dH[t] = dL/dS[t] σ'(H[t]) + dL/dV[t] dV[t]/dH[t] (+ dL/dH[t] from the membrane output)
+#   hard reset: dV/dH = 1 - S + (V_reset - H) σ'   soft: dV/dH = 1 - V_th σ'   (the σ' term only without detach)
+#   dL/dX[t] = dL/dH[t] k (decay_input) or dL/dH[t];   dL/dV[t-1] = dL/dH[t] (1 - k)
+#   dL/dk = Σ dL/dH[t] (X[t] - (V[t-1] - V_reset)) (decay_input) or Σ -dL/dH[t] (V[t-1] - V_reset)
+
+
+def _unroll(length) -> int:
+    """Unroll short scans fully (XLA then fuses the steps); a symbolic length (shape-polymorphic export) stays 1."""
+    return length if isinstance(length, int) and length <= UNROLL_MAX else 1
+
+
+def _sj_consts(c: LIFConfig, dtype):
+    hard = c.v_reset is not None
+    return hard, jnp.asarray(c.v_reset if hard else 0.0, dtype), jnp.asarray(c.v_threshold, dtype)
+
+
+def _sj_forward_scan(c: LIFConfig, x: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    hard, v_reset, v_th = _sj_consts(c, x.dtype)
+
+    def step(v, xt):
+        h = v + (xt - (v - v_reset)) * k if c.decay_input else v - (v - v_reset) * k + xt
+        s = (h >= v_th).astype(x.dtype)
+        return (jnp.where(s > 0, v_reset, h) if hard else h - v_th * s), (s, h)
+
+    _, (spikes, membrane) = jax.lax.scan(step, jnp.full(x.shape[1:], v_reset, x.dtype), x, unroll=_unroll(x.shape[0]))
+    return spikes, membrane
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _lif_sj(c: LIFConfig, learn_decay: bool, x: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(spikes, membrane H) of the SpikingJelly-order neuron; `learn_decay`: k gets a gradient."""
+    return _sj_forward_scan(c, x, k)
+
+
+def _lif_sj_fwd(c, learn_decay, x, k):
+    spikes, membrane = _sj_forward_scan(c, x, k)
+    return (spikes, membrane), (membrane, x if learn_decay else None, k)
+
+
+def _lif_sj_bwd(c, learn_decay, res, cotangents):
+    membrane, x, k = res
+    g_s, g_h_out = cotangents
+    hard, v_reset, v_th = _sj_consts(c, membrane.dtype)
+    one = jnp.ones((), membrane.dtype)
+    # V[t-1] for every t (the carry of the forward), needed only for the gradient of a learned decay
+    if learn_decay:
+        s_all = (membrane >= v_th).astype(membrane.dtype)
+        v_after = jnp.where(s_all > 0, v_reset, membrane) if hard else membrane - v_th * s_all
+        v_prev = jnp.concatenate([jnp.full((1, *membrane.shape[1:]), v_reset, membrane.dtype), v_after[:-1]])
+
+    def step(g_v, inputs):
+        h, gs, gh = inputs
+        sg = surrogate_grad(h - v_th, c.surrogate, c.alpha)
+        s = (h >= v_th).astype(h.dtype)
+        if hard:
+            dv_dh = (one - s) if c.detach_reset else (one - s) + (v_reset - h) * sg
+        else:
+            dv_dh = one if c.detach_reset else one - v_th * sg
+        g_h = gs * sg + g_v * dv_dh + gh
+        return g_h * (one - k), g_h
+
+    g_v0 = jnp.zeros(membrane.shape[1:], membrane.dtype)
+    _, g_h = jax.lax.scan(step, g_v0, (membrane, g_s, g_h_out), reverse=True, unroll=_unroll(membrane.shape[0]))
+    g_x = g_h * k if c.decay_input else g_h
+    if learn_decay:
+        dh_dk = (x - (v_prev - v_reset)) if c.decay_input else -(v_prev - v_reset)
+        g_k = jnp.sum(g_h * dh_dk).astype(k.dtype)
+    else:
+        g_k = jnp.zeros_like(k)
+    return g_x, g_k
+
+
+_lif_sj.defvjp(_lif_sj_fwd, _lif_sj_bwd)
 
 
 class LIF(nnx.Module):
@@ -182,6 +272,59 @@ def split_time(x: jax.Array, t: int) -> jax.Array:
     return x.reshape(t, x.shape[0] // t, *x.shape[1:])
 
 
+def _pool_windows(x: jax.Array, size: int) -> jax.Array:
+    n, h, w, c = x.shape
+    if h % size or w % size:
+        raise ValueError(f"x of shape {x.shape}: expected H and W divisible by the pool size {size}")
+    return x.reshape(n, h // size, size, w // size, size, c)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def max_pool(x: jax.Array, size: int = 2) -> jax.Array:
+    """Non-overlapping max pool (N, H, W, C) -> (N, H/size, W/size, C), window = stride = `size`, no padding.
+
+    The same values and gradient as `nnx.max_pool(x, (size, size), strides=(size, size))`: the gradient goes to
+    the first maximum of each window in row-major order (XLA's select-and-scatter, torch's max_pool2d), which
+    matters for spikes, where ties are the rule. The backward is one elementwise pass instead of XLA:CPU's
+    select-and-scatter (the slowest op of the spiking CNN's step before).
+    """
+    return _pool_windows(x, size).max(axis=(2, 4))
+
+
+def _max_pool_fwd(x, size):
+    y = max_pool(x, size)
+    return y, (x, y)
+
+
+def _max_pool_bwd(size, res, g):
+    x, y = res
+    xw = _pool_windows(x, size)
+    pos = (jnp.arange(size)[:, None, None] * size + jnp.arange(size)[None, None, :]).reshape(1, 1, size, 1, size, 1)
+    first = jnp.min(jnp.where(xw == y[:, :, None, :, None, :], pos, size * size), axis=(2, 4), keepdims=True)
+    gx = jnp.where(pos == first, g[:, :, None, :, None, :], jnp.zeros((), g.dtype))
+    return (gx.reshape(x.shape),)
+
+
+max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
+
+
+def conv_im2col(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """A stride-1 "SAME" convolution (N, H, W, Cin) * (kh, kw, Cin, Cout) as shifted slices and one matmul.
+
+    For few input channels (an image stem) this beats XLA:CPU's convolution several times, forward and
+    backward; for wide inputs the patches cost more than they save, so `SpikingConv` uses it only there.
+    """
+    kh, kw, cin, cout = kernel.shape
+    n, h, w, _ = x.shape
+    pad = ((0, 0), ((kh - 1) // 2, kh // 2), ((kw - 1) // 2, kw // 2), (0, 0))
+    xp = jnp.pad(x, pad)
+    patches = jnp.concatenate([xp[:, i:i + h, j:j + w, :] for i in range(kh) for j in range(kw)], axis=-1)
+    return (patches.reshape(-1, kh * kw * cin) @ kernel.reshape(-1, cout)).reshape(n, h, w, cout)
+
+
+IM2COL_MAX_CIN = 3  # SpikingConv runs a stride-1 conv with at most this many input channels as conv_im2col
+
+
 class BatchNormThroughTime(nnx.Module):
     """Batch norm over (T, B, ..., C) with statistics shared by all steps and samples (SpikingJelly's
     multi-step BN, `SeqToANNContainer(BatchNorm2d)`)."""
@@ -206,7 +349,12 @@ class SpikingConv(nnx.Module):
 
     def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
         t = x.shape[0]
-        return self.lif(self.bn(split_time(self.conv(merge_time(x)), t), train=train))
+        conv = self.conv
+        if conv.in_features <= IM2COL_MAX_CIN and conv.strides in (1, (1, 1)):
+            y = conv_im2col(merge_time(x), conv.kernel[...])
+        else:
+            y = conv(merge_time(x))
+        return self.lif(self.bn(split_time(y, t), train=train))
 
 
 class SEWBlock(nnx.Module):
