@@ -33,6 +33,7 @@ from core import plots
 from core import sharding as sharding_lib
 from core.checkpoint import Checkpointer
 from core.config import BadInputError
+from core.data import MissingInputError
 from core.train import check_finite, progress, write_metrics
 from forecasting import data as data_lib
 from forecasting.phaseformer import losses
@@ -154,8 +155,10 @@ def make_epoch_fn(config: Config, graphdef, tx, num_windows: int, mesh: jax.shar
     return jax.jit(epoch, donate_argnums=(0, 1), **shardings)
 
 
-def make_eval_fn(config: Config, graphdef, num_windows: int, mesh: jax.sharding.Mesh | None = None) -> Callable:
-    """Jitted evaluate(params, series) -> {loss, mse, mae} over every window (window-weighted means)."""
+def make_eval_fn(config: Config, graphdef, num_windows: int, mesh: jax.sharding.Mesh | None = None, *,
+                 per_window: bool = False) -> Callable:
+    """Jitted evaluate(params, series) -> {loss, mse, mae} over every window (window-weighted means); with
+    ``per_window`` also ``window_mse`` and ``window_mae`` ``(num_windows,)``, in window order."""
     apply = make_apply(graphdef)
     batch = min(config.eval_batch_size, num_windows)
     if mesh is not None:  # a multiple of the devices; the padded windows are masked out
@@ -167,14 +170,39 @@ def make_eval_fn(config: Config, graphdef, num_windows: int, mesh: jax.sharding.
         def body(acc, inp):
             s, m = inp
             x, y, m = split(*data_lib.windows(series, s, config.seq_len, config.pred_len), m)
-            sums = losses.window_sums(apply(params, x), y, m, config.loss, config.huber_delta)
-            return jax.tree.map(jnp.add, acc, sums), None
+            pred = apply(params, x)
+            sums = losses.window_sums(pred, y, m, config.loss, config.huber_delta)
+            return jax.tree.map(jnp.add, acc, sums), (losses.window_errors(pred, y) if per_window else None)
 
         zero = {k: jnp.zeros((), jnp.float32) for k in ("loss", "mse", "mae", "count")}
-        acc, _ = jax.lax.scan(body, zero, (jnp.asarray(starts_np), jnp.asarray(mask_np)))
-        return {k: acc[k] / acc["count"] for k in ("loss", "mse", "mae")}
+        acc, errors = jax.lax.scan(body, zero, (jnp.asarray(starts_np), jnp.asarray(mask_np)))
+        out = {k: acc[k] / acc["count"] for k in ("loss", "mse", "mae")}
+        if per_window:
+            out["window_mse"], out["window_mae"] = (e.reshape(-1)[:num_windows] for e in errors)
+        return out
 
     return jax.jit(evaluate)
+
+
+def load_data(config: Config) -> data_lib.ForecastData:
+    """The config's dataset; a missing file of a large-dataset preset says how to pass the user's copy."""
+    try:
+        return data_lib.load(config.dataset, config.seq_len, config.pred_len, split=config.split)
+    except MissingInputError as err:
+        if not config.num_channels:
+            raise
+        raise MissingInputError(f"{err}; the {config.setting} preset reads your copy of the file "
+                                f"({config.num_channels} variables, Time-Series-Library layout): "
+                                f"--set dataset=/path/to/{pathlib.Path(config.dataset).name}") from None
+
+
+def epoch_test_row(test: dict, batch_size: int) -> dict:
+    """Per-epoch test metrics for metrics.jsonl: window-weighted MSE / MAE over every test window (our protocol) and
+    the released scripts' printed form, the mean of per-batch means at the training batch size."""
+    window_mse, window_mae = np.asarray(test["window_mse"]), np.asarray(test["window_mae"])
+    return {"test_mse": float(test["mse"]), "test_mae": float(test["mae"]),
+            "test_mse_batch_mean": losses.mean_of_batch_means(window_mse, batch_size),
+            "test_mae_batch_mean": losses.mean_of_batch_means(window_mae, batch_size)}
 
 
 def count_macs(graphdef, params, seq_len: int, channels: int) -> int | None:
@@ -216,7 +244,10 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
            ) -> TrainResult:
     start = time.perf_counter()
     if data is None:
-        data = data_lib.load(config.dataset, config.seq_len, config.pred_len, split=config.split)
+        data = load_data(config)
+    if config.num_channels and data.num_channels != config.num_channels:
+        raise BadInputError(f"{config.dataset}: {data.num_channels} variables; the {config.setting} preset expects "
+                            f"{config.num_channels} (num_channels={config.num_channels}; 0 accepts any)")
     n_train = data.num_windows("train")
     if config.max_train_windows:
         n_train = min(n_train, config.max_train_windows)
@@ -232,8 +263,9 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
     params, opt_state = (params, opt_state) if mesh is None else put((params, opt_state))
     epoch_fn = make_epoch_fn(config, graphdef, tx, n_train, mesh)
     eval_val = make_eval_fn(config, graphdef, data.num_windows("val"), mesh)
-    eval_test = (eval_val if data.num_windows("test") == data.num_windows("val")
-                 else make_eval_fn(config, graphdef, data.num_windows("test"), mesh))
+    # with epoch_test the test evaluation also returns per-window errors (for the released scripts' batch means)
+    eval_test = (eval_val if data.num_windows("test") == data.num_windows("val") and not config.epoch_test
+                 else make_eval_fn(config, graphdef, data.num_windows("test"), mesh, per_window=config.epoch_test))
     train_series, val_series, test_series = put(data.train), put(data.val), put(data.test)
 
     # early-stopping state; with the parameters and Adam state it is all a resumed run needs
@@ -264,6 +296,10 @@ def _train(config: Config, mesh: jax.sharding.Mesh | None, *, data, show_progres
                      checkpointer=checkpointer, unit="epoch")
         row = {"epoch": epoch + 1, "lr": lr, "train_loss": float(train_loss), "val_loss": float(val["loss"]),
                "val_mse": float(val["mse"]), "seconds": time.perf_counter() - t0}
+        if config.epoch_test:  # reported only: nothing below reads it (selection and stopping use val_loss)
+            t_test = time.perf_counter()
+            row.update(epoch_test_row(eval_test(params, test_series), config.batch_size))
+            row["test_seconds"] = time.perf_counter() - t_test
         history.append(row)
         if log is not None:
             log(row)
