@@ -19,8 +19,9 @@ affinity) and torch uses `torch.set_num_threads(--threads)`. Other agents load t
 and after is recorded, and the pairs are interleaved so both arms see the same load.
 
     .venv/bin/python benchmarks/snn_step.py                       # 10 pairs x 5 steps, 2 threads
+    .venv/bin/python benchmarks/snn_step.py --threads 1 --name snn_step_threads1   # one core each side
     .venv/bin/python benchmarks/snn_step.py --claims-from-rows    # recompute the claims from the rows
-    -> benchmarks/results/snn_step.json
+    -> benchmarks/results/snn_step.json (snn_step_threads1.json)
 """
 
 from __future__ import annotations
@@ -166,6 +167,68 @@ def time_peer(p: dict, x, y, steps: int) -> dict:
             "loss": loss.item()}
 
 
+# ---------------------------------------------------------------- where the time goes
+
+
+def profile_components(repeats: int = 15) -> dict:
+    """Forward + backward ms of each op of the step at its real size (T*B = 256 images), the path before issue
+    47 beside the current one: conv (XLA vs im2col for the 1-channel stem), max pool (XLA's select-and-scatter
+    backward vs ours), the LIF (autodiff of the scan vs the custom VJP) and BN (autodiff vs fused)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from forecasting.prednext.spiking import batch_norm_train, conv_im2col, lif_scan, max_pool
+
+    def ms(f, *a):
+        jax.block_until_ready(f(*a))
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*a))
+            ts.append(time.perf_counter() - t0)
+        return round(1e3 * float(np.median(ts)), 2)
+
+    def xla_conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def bn(y):
+        return (y - y.mean((0, 1, 2))) * jax.lax.rsqrt(y.var((0, 1, 2)) + 1e-5)
+
+    out = {}
+    for i, (ci, co) in enumerate(zip(CHANNELS[:-1], CHANNELS[1:])):
+        hw = HW >> i
+        key = jax.random.key(i)
+        x = (jax.random.uniform(key, (T * B, hw, hw, ci)) > 0.7).astype(jnp.float32)
+        w = 0.1 * jax.random.normal(key, (3, 3, ci, co))
+        y = jax.random.normal(key, (T * B, hw, hw, co)) + 0.5
+        s = (y > 0.8).astype(jnp.float32)
+        g_pool = jax.random.normal(key, (T * B, hw // 2, hw // 2, co))
+        g_lif = jax.random.normal(key, (T, B, hw, hw, co))
+
+        def conv_step(f):  # forward value and the gradients the step needs (no input gradient for the stem)
+            wrt = (1,) if ci == 1 else (0, 1)
+            return jax.jit(lambda x, w: jax.value_and_grad(lambda x, w: jnp.sum(f(x, w) * y), wrt)(x, w))
+
+        r = {"conv_xla": ms(conv_step(xla_conv), x, w)}
+        if ci <= 3:
+            r["conv_im2col"] = ms(conv_step(conv_im2col), x, w)
+        def pool_step(f):
+            return jax.jit(lambda s: jax.vjp(f, s)[1](g_pool))
+
+        r["pool_xla"] = ms(pool_step(lambda s: nnx.max_pool(s, (2, 2), strides=(2, 2))), s)
+        r["pool_ours"] = ms(pool_step(lambda s: max_pool(s, 2)), s)
+        yt = y.reshape(T, B, hw, hw, co)
+        r["lif_autodiff"] = ms(jax.jit(jax.grad(lambda y: jnp.sum(g_lif * lif_scan(y, custom_vjp=False)))), yt)
+        r["lif_custom_vjp"] = ms(jax.jit(jax.grad(lambda y: jnp.sum(g_lif * lif_scan(y)))), yt)
+        r["bn_autodiff"] = ms(jax.jit(jax.grad(lambda y: jnp.sum(bn(y) * s))), y)
+        ones, zeros = jnp.ones(co), jnp.zeros(co)
+        r["bn_fused"] = ms(jax.jit(jax.grad(lambda y: jnp.sum(batch_norm_train(y, ones, zeros, 1e-5)[0] * s))), y)
+        out[f"layer{i + 1} {hw}x{hw} {ci}->{co}"] = r
+        print(f"layer{i + 1}", r, flush=True)
+    return out
+
+
 # ---------------------------------------------------------------- claims
 
 
@@ -207,13 +270,15 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per arm per pair (median)")
     parser.add_argument("--threads", type=int, default=2, help="cores for both sides (affinity + torch threads)")
+    parser.add_argument("--name", default=NAME, help="results file name (e.g. snn_step_threads1 for --threads 1)")
     parser.add_argument("--no-plain", action="store_true", help="skip the before-issue-47 arm")
+    parser.add_argument("--no-profile", action="store_true", help="skip the per-op forward + backward profile")
     parser.add_argument("--claims-from-rows", action="store_true")
     args = parser.parse_args()
     from core.results import RESULTS_DIR, recompute_claims, write_results
 
     if args.claims_from_rows:
-        recompute_claims(RESULTS_DIR / f"{NAME}.json", make_claims)
+        recompute_claims(RESULTS_DIR / f"{args.name}.json", make_claims)
         return
     cores = sorted(os.sched_getaffinity(0))[: args.threads]
     os.sched_setaffinity(0, cores)  # before jax / torch start their thread pools
@@ -254,11 +319,12 @@ def main() -> None:
             rows.append({"pair": pair, "arm": name, **{k: round(v, 3) for k, v in r.items()},
                          "load_1min": round(os.getloadavg()[0], 2)})
             print(rows[-1], flush=True)
+    profile = None if args.no_profile else profile_components()
     record = {"rows": rows, "sanity": sanity}
     claims = make_claims(record)
     med = {n: float(np.median([r["step_ms"] for r in rows if r["arm"] == n])) for n in names}
     path = write_results(
-        NAME, rows=rows, claims=claims, wall_seconds=time.perf_counter() - start, sanity=sanity,
+        args.name, rows=rows, claims=claims, wall_seconds=time.perf_counter() - start, sanity=sanity,
         scale={"workload": "spiking CNN train step, 3 x conv-BN-LIF-pool 16/32/64, T=8, B=32, 32x32x1, "
                            "155,898 parameters, SGD momentum 0.9", "pairs": args.pairs, "steps_per_arm": args.steps},
         settings={"threads": args.threads, "cores": cores, "torch_num_threads": torch.get_num_threads(),
@@ -268,6 +334,9 @@ def main() -> None:
                   "peer": "SpikingJelly 2.0.0 LIFNode(tau=2, Sigmoid(alpha=4)), step_mode='m', torch CPU "
                           "(no cupy/triton), layer.Conv2d/BatchNorm2d/MaxPool2d/Linear, torch.optim.SGD"},
         compile_seconds=compile_s, median_step_ms=med,
+        median_forward_ms={n: float(np.median([r["forward_ms"] for r in rows if r["arm"] == n])) for n in names},
+        median_backward_ms={n: float(np.median([r["backward_ms"] for r in rows if r["arm"] == n])) for n in names},
+        profile_ms_forward_plus_backward=profile,
         load={"before": load_before, "after": uptime()})
     print(path, med)
     for c in claims:

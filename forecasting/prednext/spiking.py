@@ -333,8 +333,55 @@ class BatchNormThroughTime(nnx.Module):
         self.bn = nnx.BatchNorm(num_features, momentum=momentum, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
-        t = x.shape[0]
-        return split_time(self.bn(merge_time(x), use_running_average=not train), t)
+        if not train:
+            return self.bn(x, use_running_average=True)
+        bn = self.bn
+        y, mean, var = batch_norm_train(x, bn.scale[...], bn.bias[...], bn.epsilon)
+        # the running averages as nnx.BatchNorm keeps them (biased batch variance, no gradient)
+        bn.mean[...] = jax.lax.stop_gradient(bn.momentum * bn.mean[...] + (1 - bn.momentum) * mean)
+        bn.var[...] = jax.lax.stop_gradient(bn.momentum * bn.var[...] + (1 - bn.momentum) * var)
+        return y
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def batch_norm_train(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float
+                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Training-mode batch norm over every axis but the last, in one fused forward and backward.
+
+    (..., C) -> (y, batch mean (C,), biased batch variance (C,)); the values of `nnx.BatchNorm` (its fast
+    variance E[x²] - E[x]²). The backward is the closed form dx = scale rstd (g - mean(g) - x̂ mean(g x̂)), two
+    passes over x instead of autodiff's chain through the statistics; mean and variance get no gradient (they
+    only feed the running averages, under stop_gradient).
+    """
+    return _bn_forward(x, scale, bias, eps)[:3]
+
+
+def _bn_forward(x, scale, bias, eps):
+    axes = tuple(range(x.ndim - 1))
+    mean = jnp.mean(x, axes)
+    var = jnp.maximum(0.0, jnp.mean(x * x, axes) - mean * mean)
+    rstd = jax.lax.rsqrt(var + eps)
+    return (x - mean) * (rstd * scale) + bias, mean, var, rstd
+
+
+def _bn_fwd(x, scale, bias, eps):
+    y, mean, var, rstd = _bn_forward(x, scale, bias, eps)
+    return (y, mean, var), (x, mean, rstd, scale)
+
+
+def _bn_bwd(eps, res, cotangents):
+    x, mean, rstd, scale = res
+    g = cotangents[0]
+    axes = tuple(range(x.ndim - 1))
+    xhat = (x - mean) * rstd
+    g_bias = jnp.sum(g, axes)
+    g_scale = jnp.sum(g * xhat, axes)
+    n = x.size // x.shape[-1]
+    g_x = (scale * rstd) * (g - (g_bias + xhat * g_scale) / n)
+    return g_x, g_scale, g_bias
+
+
+batch_norm_train.defvjp(_bn_fwd, _bn_bwd)
 
 
 class SpikingConv(nnx.Module):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from forecasting.prednext.spiking import LIFConfig, SpikingConv, conv_im2col, lif_scan, max_pool
+from forecasting.prednext.spiking import BatchNormThroughTime, LIFConfig, SpikingConv, conv_im2col, lif_scan, max_pool
 
 # the options the custom VJP covers (the SpikingJelly order): every combination of reset kind (hard to 0, soft),
 # detach_reset and a learned decay (PLIF), with the surrogate and decay_input alternating across them, and a
@@ -112,3 +112,36 @@ def test_spiking_conv_stem_uses_im2col_with_the_same_gradient_as_xla_conv():
     expected = lif_scan(bn(conv_im2col(x.reshape(-1, 6, 6, 1), kernel)).reshape(3, 2, 6, 6, 4))
     out = nnx.jit(lambda m, x: m(x, train=False))(conv, x)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+
+
+def test_fused_batch_norm_equals_nnx_batch_norm_values_gradients_and_running_stats():
+    x = jax.random.normal(jax.random.key(12), (3, 4, 5, 5, 6)) * 2.0 + 0.7
+    g = jax.random.normal(jax.random.key(13), x.shape)
+    fused = BatchNormThroughTime(6, rngs=nnx.Rngs(0))
+    ref = nnx.BatchNorm(6, momentum=0.9, rngs=nnx.Rngs(0))
+    for m in (fused.bn, ref):  # a non-trivial scale and shift
+        m.scale[...] = jnp.linspace(0.5, 1.5, 6)
+        m.bias[...] = jnp.linspace(-0.2, 0.3, 6)
+
+    def run(module, fast):
+        graphdef, params, stats = nnx.split(module, nnx.Param, nnx.BatchStat)
+
+        def loss(params, x):
+            m = nnx.merge(graphdef, params, stats, copy=True)
+            y = m(x, train=True) if fast else m(x.reshape(-1, 6), use_running_average=False).reshape(x.shape)
+            return jnp.sum(g * y), (y, nnx.state(m, nnx.BatchStat))
+
+        return jax.jit(jax.grad(loss, (0, 1), has_aux=True))(params, x)
+
+    (gp, gx), (y, stats) = run(fused, True)
+    (gp_ref, gx_ref), (y_ref, stats_ref) = run(ref, False)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(gx_ref), rtol=1e-4, atol=1e-5)
+    for name in ("scale", "bias"):
+        np.testing.assert_allclose(np.asarray(gp["bn"][name][...]), np.asarray(gp_ref[name][...]), rtol=1e-4)
+    for name in ("mean", "var"):
+        np.testing.assert_allclose(np.asarray(stats["bn"][name][...]), np.asarray(stats_ref[name][...]), rtol=1e-5)
+    # evaluation uses the running averages, as nnx.BatchNorm does
+    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x: m(x, train=False))(fused, x)),
+                               np.asarray(ref(x.reshape(-1, 6), use_running_average=True)).reshape(x.shape),
+                               rtol=1e-5, atol=1e-6)  # jit vs eager rounding near 0
