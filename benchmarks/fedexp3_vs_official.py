@@ -46,10 +46,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # One thread on both sides unless --default-threads: on this 2-core machine under load (1-min load 9-14) the
-# default thread pools made small-matrix code many-fold slower on both sides (measured: torch 2 threads 20-30x
-# on the official FedExp3 loop; XLA's multi-threaded Eigen 2-10x on our BO iteration), and erratically so.
+# default thread pools made small-matrix code many-fold slower on both sides (measured: torch 2 threads 15-28x
+# on the official FedExp3 loop; XLA's multi-threaded Eigen 2-12x on our BO iteration), and erratically so.
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-SINGLE_THREAD = "--default-threads" not in sys.argv
+SINGLE_THREAD = __name__ == "__main__" and "--default-threads" not in sys.argv  # not when imported (tests)
 if SINGLE_THREAD:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
 
