@@ -221,6 +221,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=100, help="timed training steps per measurement (0: a whole "
                         "epoch); the epoch time is seconds per step x the epoch's steps")
+    parser.add_argument("--append", action="store_true", help="keep the stored rows of other (dataset, batch) "
+                        "combinations and add these")
     parser.add_argument("--claims-from-rows", action="store_true")
     parser.add_argument("--worker", choices=("ours", "official"), help=argparse.SUPPRESS)
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
@@ -239,7 +241,11 @@ def main() -> None:
                  "(see this script's docstring)")
     t0 = time.time()
     before = uptime()
-    rows = []
+    rows, kept, earlier = [], [], None
+    if args.append and (RESULTS_DIR / f"{NAME}.json").exists():
+        earlier = json.loads((RESULTS_DIR / f"{NAME}.json").read_text())
+        kept = [r for r in earlier["rows"]
+                if not (r["dataset"] in args.datasets and r["batch_size"] == args.batch_size)]
     for dataset in args.datasets:
         for pair in range(args.pairs):
             for arm in (("official", "ours") if pair % 2 == 0 else ("ours", "official")):
@@ -255,8 +261,13 @@ def main() -> None:
                      "timed": "the first `steps` training steps of an epoch (no validation; official: first batch "
                               "start to last batch end, loader start-up excluded; ours: one jitted call after a "
                               "warm-up call), scaled to the epoch's steps; each measurement its own process"}
-            record = {"rows": rows, "scale": scale}
-            write_results(NAME, rows=rows, claims=make_claims(record), wall_seconds=time.time() - t0, scale=scale)
+            if kept:
+                scale["earlier"] = {"command": earlier["command"], "git_commit": earlier["git_commit"],
+                                    "wall_seconds": earlier["wall_seconds"], "scale": earlier["scale"],
+                                    "rows": len(kept)}
+            record = {"rows": kept + rows, "scale": scale}
+            write_results(NAME, rows=kept + rows, claims=make_claims(record), wall_seconds=time.time() - t0,
+                          scale=scale)
 
 
 if __name__ == "__main__":
