@@ -137,8 +137,11 @@ def test_mean_of_batch_means_by_hand():
     assert losses.mean_of_batch_means(np.array([1.0, 2, 3, 4]), 2) == pytest.approx(2.5)
 
 
-def test_epoch_test_is_logged_and_leaves_selection_unchanged():
-    base = dataclasses.replace(EXPERIMENT.presets["tiny"], epochs=3, patience=3, plot=False, data_parallel=False)
+def test_epoch_test_is_logged_and_leaves_selection_unchanged(tmp_path):
+    # the tiny model on a small generated file (73 test windows, batch 64: a partial last batch)
+    path = _write_csv(tmp_path / "series.csv", 400, 3)
+    base = dataclasses.replace(EXPERIMENT.presets["tiny"], dataset=str(path), seq_len=48, pred_len=8, epochs=3,
+                               patience=3, plot=False, data_parallel=False)
     logged = train.train(dataclasses.replace(base, epoch_test=True), show_progress=False)
     plain = train.train(dataclasses.replace(base, epoch_test=False), show_progress=False)
     rows = logged.history
