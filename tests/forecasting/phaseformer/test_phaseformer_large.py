@@ -108,7 +108,7 @@ def test_user_csv_gets_the_tsl_70_10_20_split_by_rows(tmp_path):
 def test_large_preset_runs_on_a_generated_csv_of_its_width(tmp_path, name, channels):
     path = _write_csv(tmp_path / f"{name.split('_')[0]}.csv", 110, channels)
     config = apply_overrides(EXPERIMENT.presets[name],
-                             [f"dataset={path}", "seq_len=48", "pred_len=8", "epochs=1", "max_train_windows=16",
+                             [f"dataset={path}", "seq_len=24", "pred_len=8", "epochs=1", "max_train_windows=16",
                               "eval_batch_size=8", "plot=false", "data_parallel=false"])
     if name == "weather_96":  # the CLI's entry point (checkpoints, metrics files) once; train() for the wide ones
         metrics = train.train_and_evaluate(config, tmp_path / "run")
