@@ -66,7 +66,25 @@ def test_config_and_task_validation():
     assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000
 
 
-def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path):
+@pytest.fixture
+def compile_cache(tmp_path):
+    """JAX's persistent compilation cache in this test's own folder (the previous settings restored after): a
+    rerun of the same programs loads the first run's executables instead of compiling them again."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from core.compilation import enable_persistent_cache
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
+    before = {name: getattr(jax.config, name) for name in names}
+    enable_persistent_cache(tmp_path / "xla")
+    compilation_cache.reset_cache()
+    yield tmp_path / "xla"
+    for name, value in before.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+
+
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, compile_cache):
     """Checkpoint per chunk: stopped after one chunk and rerun, the grid ends where an uninterrupted one ends, and
     metrics.jsonl holds one record per chunk without repeats."""
     cfg = dataclasses.replace(TRIVIAL, n_envs=8, horizon=10, updates=20, chunk=10, eval_envs=8, minibatches=2)
