@@ -51,11 +51,7 @@ def _trainer(tiny_policy, config, mesh=None):
                      env_prompts=PROMPTS, tokenizer=Tok(), mesh=mesh)
 
 
-@pytest.mark.parametrize("algorithm, lora", [("grpo", None), ("ppo", None), ("rloo", LoraConfig(rank=4))])
-def test_the_loop_runs_and_updates_what_it_should(tiny_policy, tmp_path, algorithm, lora):
-    _, graphdef, params = tiny_policy
-    trainer = _trainer(tiny_policy, _config(algorithm=algorithm, lora=lora, steps=2))
-    history = trainer.train(tmp_path, progress_bar=False)
+def _assert_the_loop_ran(trainer, history, params, lora=None, algorithm="grpo"):
     assert [r["step"] for r in history] == [1, 2]
     for key in ("reward", "kl", "clip_frac", "entropy", "response_length", "tool_calls", "rollout_tokens_per_s",
                 "update_tokens_per_s", "loss", "lr"):
@@ -67,6 +63,22 @@ def test_the_loop_runs_and_updates_what_it_should(tiny_policy, tmp_path, algorit
         assert_trees_close(trainer.state.frozen["base"], params, exact=True)
     if algorithm == "ppo":
         assert "value_loss" in history[-1]
+
+
+def _reuse_compiled(trainer, compiled):
+    """A trainer of the same config runs the same programs: reuse the first one's jitted update and scoring
+    instead of compiling them again (the rollout's jits are module-level and shared already)."""
+    trainer._update, trainer._scores = compiled._update, compiled._scores
+    return trainer
+
+
+# grpo without LoRA is the first half of test_the_loop_runs_and_updates_what_it_should_and_a_killed_run_resumes_bitwise
+@pytest.mark.parametrize("algorithm, lora", [("ppo", None), ("rloo", LoraConfig(rank=4))])
+def test_the_loop_runs_and_updates_what_it_should(tiny_policy, tmp_path, algorithm, lora):
+    _, graphdef, params = tiny_policy
+    trainer = _trainer(tiny_policy, _config(algorithm=algorithm, lora=lora, steps=2))
+    history = trainer.train(tmp_path, progress_bar=False)
+    _assert_the_loop_ran(trainer, history, params, lora, algorithm)
 
 
 def test_recorded_old_logprobs_are_the_policys_own(tiny_policy):
@@ -82,12 +94,16 @@ def test_recorded_old_logprobs_are_the_policys_own(tiny_policy):
     np.testing.assert_allclose(np.asarray(batch["old_logprobs"])[cols], roll.sample_logprobs[cols], atol=1e-5)
 
 
-def test_a_killed_run_resumes_bitwise(tiny_policy, tmp_path):
-    full = _trainer(tiny_policy, _config(steps=3))
+def test_the_grpo_loop_runs_and_updates_what_it_should_and_a_killed_run_resumes_bitwise(tiny_policy, tmp_path):
+    """The uninterrupted run is the loop test's grpo case (2 steps); the other run is killed after step 1."""
+    full = _trainer(tiny_policy, _config(algorithm="grpo", lora=None, steps=2))
     full_history = full.train(tmp_path / "full", progress_bar=False)
-    _trainer(tiny_policy, _config(steps=3)).train(tmp_path / "resumed", progress_bar=False, until=2)  # "killed"
-    resumed = _trainer(tiny_policy, _config(steps=3))
+    _assert_the_loop_ran(full, full_history, tiny_policy[2])
+    killed = _reuse_compiled(_trainer(tiny_policy, _config(steps=2)), full)
+    killed.train(tmp_path / "resumed", progress_bar=False, until=1)  # "killed"
+    resumed = _reuse_compiled(_trainer(tiny_policy, _config(steps=2)), full)
     history = resumed.train(tmp_path / "resumed", progress_bar=False)
+    assert [r["step"] for r in history] == [1, 2]  # the killed run's step-1 record and the resumed step 2
     assert_trees_close(resumed.state.params, full.state.params, exact=True)
     assert_trees_close(resumed.state.opt_state, full.state.opt_state, exact=True)
     assert [r["reward"] for r in history] == [r["reward"] for r in full_history]
