@@ -126,13 +126,39 @@ def test_text_to_text_reads_the_sharer_hint():
     np.testing.assert_array_equal(np.asarray(hint[:, :3]), requests[:, 1:])  # `e lives in`, then the sharer's words
 
 
-def test_training_functions_smoke():
-    """A few steps of the real LM and fuser trainers: finite losses, the fuser moves, the models do not."""
-    from interp.c2c.train import train_fuser, train_lm
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    """JAX's persistent compilation cache in this module's own folder (the previous settings restored after):
+    the fuser trainer's reruns of the same programs load the first run's executables instead of compiling."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from core.compilation import enable_persistent_cache
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
+    before = {name: getattr(jax.config, name) for name in names}
+    folder = enable_persistent_cache(tmp_path_factory.mktemp("xla"))
+    compilation_cache.reset_cache()
+    yield folder
+    for name, value in before.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def trained_models(compile_cache):
+    """A few steps of the real LM trainer for both models (shared by the two fuser-training tests)."""
+    from interp.c2c.train import train_lm
     cfg = LMTrainConfig(steps=3, batch_size=8, warmup=1)
     r_gd, r_params, r_hist = train_lm(RECEIVER, D.receiver_examples(WORLD, np.random.default_rng(0)), cfg,
                                       jax.random.key(0), desc="receiver", seed=0)
     s_gd, s_params, _ = train_lm(SHARER, D.sharer_examples(WORLD), cfg, jax.random.key(1), desc="sharer", seed=0)
+    return r_gd, r_params, r_hist, s_gd, s_params
+
+
+def test_training_functions_smoke(trained_models):
+    """A few steps of the real LM and fuser trainers: finite losses, the fuser moves, the models do not."""
+    from interp.c2c.train import train_fuser
+    r_gd, r_params, r_hist, s_gd, s_params = trained_models
     assert all(np.isfinite(l) for _, l in r_hist)
     fcfg = FuserConfig(hidden=16, intermediate=16, steps=3, batch_size=8, lr=1e-2, anneal_steps=0)
     f_gd, f0 = init_fuser(SHARER, RECEIVER, fcfg, jax.random.key(5))
@@ -146,14 +172,11 @@ def test_training_functions_smoke():
         np.testing.assert_array_equal(np.asarray(a), b)
 
 
-def test_fuser_training_in_a_run_folder_logs_checkpoints_and_resumes(tmp_path):
+def test_fuser_training_in_a_run_folder_logs_checkpoints_and_resumes(tmp_path, trained_models):
     """With a workdir the trainers run through core.train.fit (metrics.jsonl, checkpoints) on exactly the batches
     of the plain loop; the fuser's sampler resumes where it stopped; a rerun restores the finished stage."""
-    from interp.c2c.train import _FuserLoader, precompute_sections, train_fuser, train_lm
-    cfg = LMTrainConfig(steps=2, batch_size=8, warmup=1)
-    r_gd, r_params, _ = train_lm(RECEIVER, D.receiver_examples(WORLD, np.random.default_rng(0)), cfg,
-                                 jax.random.key(0), desc="receiver", seed=0)
-    s_gd, s_params, _ = train_lm(SHARER, D.sharer_examples(WORLD), cfg, jax.random.key(1), desc="sharer", seed=0)
+    from interp.c2c.train import _FuserLoader, precompute_sections, train_fuser
+    r_gd, r_params, _, s_gd, s_params = trained_models
     fcfg = FuserConfig(hidden=16, intermediate=16, steps=3, batch_size=8, lr=1e-2, anneal_steps=0)
     f_gd, _ = init_fuser(SHARER, RECEIVER, fcfg, jax.random.key(5))
     pair = comm.Pair(receiver=RECEIVER, receiver_graphdef=r_gd, sharer=SHARER, sharer_graphdef=s_gd, fuser=fcfg,
