@@ -15,9 +15,11 @@ events), and counts persistent-cache hits, so every run's metrics say how much o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 ENV_VAR = "ICLR26_COMPILE_CACHE"
@@ -70,6 +72,30 @@ def enable_persistent_cache(path: str | os.PathLike | None = None, *, min_compil
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
     return folder
+
+
+_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                  "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
+
+
+@contextlib.contextmanager
+def persistent_cache(path: str | os.PathLike) -> Iterator[pathlib.Path | None]:
+    """`enable_persistent_cache(path)` for the duration of a block, then the previous settings back.
+
+    For a process that has compiled already (a test module that reruns a trainer, a benchmark's arms): JAX's
+    cache object is reset on entry and on exit, so the block reads and writes `path` and nothing after it does.
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+    before = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    folder = enable_persistent_cache(path)
+    compilation_cache.reset_cache()
+    try:
+        yield folder
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
 
 
 class CompileTimer:

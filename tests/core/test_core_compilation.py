@@ -77,3 +77,12 @@ def test_run_metrics_report_the_compile_seconds_and_the_flag_turns_the_cache_off
     assert cli.main(["run", "regression", "--preset", "tiny", "--set", "steps=20",
                      "--workdir", str(tmp_path)]) == 0
     assert enabled == [1]
+
+
+def test_persistent_cache_block_writes_its_folder_and_restores_the_settings(tmp_path):
+    before = jax.config.jax_compilation_cache_dir
+    with compilation.persistent_cache(tmp_path / "xla") as folder:
+        assert jax.config.jax_compilation_cache_dir == str(folder)
+        jax.jit(lambda x: x * 3.0 + 1.0)(jnp.ones(5)).block_until_ready()
+    assert any(folder.iterdir()), "the block's compile is written to its folder"
+    assert jax.config.jax_compilation_cache_dir == before

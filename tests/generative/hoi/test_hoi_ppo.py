@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from core.compilation import persistent_cache
 from core.config import BadInputError, ConfigError, apply_overrides
 from core.sharding import make_mesh
 from generative.hoi import env as env_lib
@@ -70,18 +71,8 @@ def test_config_and_task_validation():
 def compile_cache(tmp_path):
     """JAX's persistent compilation cache in this test's own folder (the previous settings restored after): a
     rerun of the same programs loads the first run's executables instead of compiling them again."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    from core.compilation import enable_persistent_cache
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
-    before = {name: getattr(jax.config, name) for name in names}
-    enable_persistent_cache(tmp_path / "xla")
-    compilation_cache.reset_cache()
-    yield tmp_path / "xla"
-    for name, value in before.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
+    with persistent_cache(tmp_path / "xla") as folder:
+        yield folder
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, compile_cache):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from core.compilation import persistent_cache
 from core.config import ConfigError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
@@ -130,18 +131,8 @@ def test_text_to_text_reads_the_sharer_hint():
 def compile_cache(tmp_path_factory):
     """JAX's persistent compilation cache in this module's own folder (the previous settings restored after):
     the fuser trainer's reruns of the same programs load the first run's executables instead of compiling."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    from core.compilation import enable_persistent_cache
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
-    before = {name: getattr(jax.config, name) for name in names}
-    folder = enable_persistent_cache(tmp_path_factory.mktemp("xla"))
-    compilation_cache.reset_cache()
-    yield folder
-    for name, value in before.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
+    with persistent_cache(tmp_path_factory.mktemp("xla")) as folder:
+        yield folder
 
 
 @pytest.fixture(scope="module")
