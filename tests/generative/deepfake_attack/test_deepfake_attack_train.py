@@ -30,12 +30,19 @@ def _toy_attribution(n=200, seed=0):
     return np.concatenate([x[:n], c1, c2]), np.repeat(np.arange(3, dtype=np.int32), n)
 
 
-def test_attribution_models_learn_a_three_class_toy_attribution():
+@pytest.fixture(scope="module")
+def trained():
+    """The attribution models trained once on the toy attribution (450 training images, 150 held out)."""
     x, y = _toy_attribution()
     perm = np.random.default_rng(1).permutation(len(x))
     x, y = x[perm], y[perm]
     tr, te = slice(0, 450), slice(450, 600)
     graphdefs, params, losses = T.train_attributors(AM, x[tr], y[tr], 3, jax.random.key(0))
+    return x, y, tr, te, graphdefs, params, losses
+
+
+def test_attribution_models_learn_a_three_class_toy_attribution(trained):
+    x, y, tr, te, graphdefs, params, losses = trained
     assert losses.shape == (AM.steps,) and float(losses[-10:].mean()) < float(losses[:10].mean())
     logits = jax.jit(lambda p, xb: T.am_logits(graphdefs, p, xb, AM.dct_block))(params, x[te])
     for name, lg in logits.items():
@@ -43,11 +50,11 @@ def test_attribution_models_learn_a_three_class_toy_attribution():
         assert acc > 0.9, f"{name}: toy attribution accuracy {acc:.2f}"
 
 
-def test_mlp_input_standardisation_is_set_from_training_features_and_never_trained():
-    x, y = _toy_attribution(n=40)
-    am = dataclasses.replace(AM, steps=20)
+def test_mlp_input_standardisation_is_set_from_training_features_and_never_trained(trained):
+    # the training run of the test above (its 450 training images), not a second one
+    x, _, tr, _, _, params, _ = trained
+    x, am = x[tr], AM
     _, fresh = T.build_attributors(am, 16, 3, jax.random.key(0))
-    _, params, _ = T.train_attributors(am, x, y, 3, jax.random.key(0))
     for name in T.MLP_ATTRIBUTORS:
         feats = np.asarray(T.am_input(name, jnp.asarray(x), am.dct_block))
         np.testing.assert_allclose(np.asarray(params[name]["input_mean"][...]), feats.mean(0), rtol=1e-4, atol=1e-4)
