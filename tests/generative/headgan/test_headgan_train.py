@@ -15,9 +15,28 @@ from generative.headgan import EXPERIMENT, configs, train
 from generative.headgan.configs import parse_arm
 
 
-def test_tiny_run_writes_metrics_and_plots(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One uninterrupted tiny run through the registry entry, shared by the smoke and the resume test: the
+    metrics it returns, its workdir and what `train_and_evaluate` returned inside it (with its inputs)."""
     cfg = configs.tiny()
-    metrics = EXPERIMENT.run(cfg, tmp_path)
+    folder = tmp_path_factory.mktemp("headgan_tiny") / "full"
+    seen = {}
+    real = train.train_and_evaluate
+
+    def spy(config, workdir, **kw):
+        seen["result"] = real(config, workdir, **kw)
+        seen["prepared"] = kw["prepared"]
+        return seen["result"]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "train_and_evaluate", spy)
+        metrics = EXPERIMENT.run(cfg, folder)
+    return cfg, metrics, folder, seen
+
+
+def test_tiny_run_writes_metrics_and_plots(tiny_run):
+    cfg, metrics, tmp_path, _ = tiny_run
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == pytest.approx(metrics)
     for a in cfg.arms:
@@ -39,9 +58,9 @@ def test_tiny_run_writes_metrics_and_plots(tmp_path):
     assert last["vicico"][1] > 0
 
 
-def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tmp_path, monkeypatch):
-    cfg = configs.tiny()
-    full = train.train_and_evaluate(cfg, tmp_path / "full", progress=False)
+def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tiny_run, tmp_path, monkeypatch):
+    cfg, _, full_dir, seen = tiny_run  # the uninterrupted run (its own data and encoders, as a fresh process)
+    full = seen["result"]
     programs = train._programs
 
     def killed_after_one_chunk(*args):
@@ -56,8 +75,9 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tmp_path, m
         return (*rest, chunk, generate)
 
     monkeypatch.setattr(train, "_programs", killed_after_one_chunk)
+    # the killed run reuses the full run's data; the resumed one prepares its own (as a fresh process would)
     with pytest.raises(KeyboardInterrupt):
-        train.train_and_evaluate(cfg, tmp_path / "killed", progress=False)
+        train.train_and_evaluate(cfg, tmp_path / "killed", prepared=seen["prepared"], progress=False)
     monkeypatch.setattr(train, "_programs", programs)
     resumed = train.train_and_evaluate(cfg, tmp_path / "killed", progress=False)
     assert resumed["history"]["images_seen"] == full["history"]["images_seen"] == [16, 32]
@@ -67,9 +87,9 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tmp_path, m
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # metrics.jsonl: a record per chunk, none repeated after the resume, equal to the uninterrupted run's
     def records(folder):
-        return [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
-    assert [r["images_seen"] for r in records("killed")] == [16, 32]
-    assert records("killed") == records("full")
+        return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["images_seen"] for r in records(tmp_path / "killed")] == [16, 32]
+    assert records(tmp_path / "killed") == records(full_dir)
 
 
 def test_ema_beta_schedule():
