@@ -118,10 +118,16 @@ def test_z_diversity_collapsed_is_zero_and_data_like_is_one(tiny_eval):
     assert data_like["xview_spread"] > 1.2 * data_like["real_xview_spread"]
 
 
-def test_single_view_inversion_fits_the_input(tiny_eval):
+@pytest.fixture(scope="module")
+def tiny_g():
+    """The tiny preset's generator at init (one compile of `init`, shared by the inversion and w/z tests)."""
+    graphdefs, init = train.make_models(configs.tiny())
+    return graphdefs, jax.jit(init)(jax.random.key(0))["g"]
+
+
+def test_single_view_inversion_fits_the_input(tiny_eval, tiny_g):
     cfg, ev = tiny_eval
-    graphdefs, init = train.make_models(cfg)
-    gp = jax.jit(init)(jax.random.key(0))["g"]
+    graphdefs, gp = tiny_g
     inv = metrics.make_inverter(cfg, graphdefs["g"], steps=15, lr=0.05)
     gen_w = metrics.make_generate_w_fn(cfg, graphdefs["g"])
     out = metrics.inversion_scores(cfg, ev, gen_w, inv, gp, "semantic/balanced", n=4)
@@ -130,11 +136,10 @@ def test_single_view_inversion_fits_the_input(tiny_eval):
     assert out["inv_heldout_mse"] > 0 and out["inv_heldout_attr_err"] > 0
 
 
-def test_w_z_share():
+def test_w_z_share(tiny_g):
     """One condition for all: every bit of w's variance comes from z (share 1); at init both paths contribute."""
     cfg = configs.tiny()
-    graphdefs, init = train.make_models(cfg)
-    gp = jax.jit(init)(jax.random.key(0))["g"]
+    graphdefs, gp = tiny_g
     cond = jax.random.normal(jax.random.key(1), (16, 4 + cfg.encoder.sem_dim))
     assert metrics.w_z_share(cfg, graphdefs["g"], gp, jnp.repeat(cond[:1], 16, 0)) == pytest.approx(1.0, abs=1e-5)
     assert 0.05 < metrics.w_z_share(cfg, graphdefs["g"], gp, cond) < 0.95
