@@ -19,3 +19,20 @@ import pytest  # noqa: E402
 def devices():
     assert jax.device_count() == 8, "tests expect 8 fake CPU devices (conftest sets XLA_FLAGS)"
     return jax.devices()
+
+
+@pytest.fixture
+def compile_cache(tmp_path):
+    """JAX's persistent compilation cache in this test's own folder (previous settings restored after): a rerun
+    of a trainer loads the executables of programs equal to an earlier run's instead of compiling them again."""
+    from core.compilation import persistent_cache
+    with persistent_cache(tmp_path / "xla") as folder:
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def module_compile_cache(tmp_path_factory):
+    """The same, shared by the tests of one module (they train the same small preset again and again)."""
+    from core.compilation import persistent_cache
+    with persistent_cache(tmp_path_factory.mktemp("xla")) as folder:
+        yield folder

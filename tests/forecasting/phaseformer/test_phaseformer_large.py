@@ -137,24 +137,6 @@ def test_mean_of_batch_means_by_hand():
     assert losses.mean_of_batch_means(np.array([1.0, 2, 3, 4]), 2) == pytest.approx(2.5)
 
 
-@pytest.fixture
-def compile_cache(tmp_path):
-    """JAX's persistent compilation cache in this test's own folder (the previous settings restored after): the
-    second run's programs that equal the first run's load its executables instead of compiling them again."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    from core.compilation import enable_persistent_cache
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
-    before = {name: getattr(jax.config, name) for name in names}
-    enable_persistent_cache(tmp_path / "xla")
-    compilation_cache.reset_cache()
-    yield tmp_path / "xla"
-    for name, value in before.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
-
-
 def test_epoch_test_is_logged_and_leaves_selection_unchanged(tmp_path, compile_cache):
     # the tiny model on a small generated file (73 test windows, batch 64: a partial last batch)
     path = _write_csv(tmp_path / "series.csv", 400, 3)

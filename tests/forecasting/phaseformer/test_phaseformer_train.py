@@ -17,27 +17,7 @@ from forecasting.phaseformer import EXPERIMENT, configs, losses, train
 from forecasting.phaseformer import model as model_lib
 
 
-@pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory):
-    """JAX's persistent compilation cache in this module's own folder (the previous settings restored after): the
-    tests below train the tiny preset again and again; a program equal to an earlier one loads its executable
-    instead of compiling it again."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    from core.compilation import enable_persistent_cache
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
-    before = {name: getattr(jax.config, name) for name in names}
-    folder = tmp_path_factory.mktemp("xla")
-    enable_persistent_cache(folder)
-    compilation_cache.reset_cache()
-    yield folder
-    for name, value in before.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
-
-
-def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path, compile_cache):
+def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path, module_compile_cache):
     config = EXPERIMENT.presets["tiny"]
     metrics = train.train_and_evaluate(config, tmp_path)
     assert metrics["epochs_run"] == 2
@@ -60,7 +40,7 @@ def test_tiny_preset_trains_two_epochs_and_writes_outputs(tmp_path, compile_cach
 
 
 def test_killed_run_resumes_at_its_last_epoch_and_ends_where_an_uninterrupted_one_ends(tmp_path, monkeypatch,
-                                                                                        compile_cache):
+                                                                                        module_compile_cache):
     config = dataclasses.replace(EXPERIMENT.presets["tiny"], epochs=3, patience=3, plot=False)
     whole = train.train_and_evaluate(config, tmp_path / "whole")
     assert (whole["epochs_run"], whole["resumed_at_epoch"]) == (3, 0)
@@ -121,7 +101,7 @@ def test_sharded_step_equals_single_device(devices):
     np.testing.assert_allclose(sharded[2], single[2], rtol=1e-5)
 
 
-def test_data_parallel_training_equals_one_device(devices, compile_cache):
+def test_data_parallel_training_equals_one_device(devices, module_compile_cache):
     """The real training function on 8 fake devices (each batch split over them, the fused kernel per device under
     shard_map) against one device: same losses, same test metrics, parameters replicated."""
     config = dataclasses.replace(EXPERIMENT.presets["tiny"], plot=False)

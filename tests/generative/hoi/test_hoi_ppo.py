@@ -10,7 +10,6 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from core.compilation import persistent_cache
 from core.config import BadInputError, ConfigError, apply_overrides
 from core.sharding import make_mesh
 from generative.hoi import env as env_lib
@@ -65,14 +64,6 @@ def test_config_and_task_validation():
         env_lib.make_task("reach box", "hand")
     paper = presets()["paper"]
     assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000
-
-
-@pytest.fixture
-def compile_cache(tmp_path):
-    """JAX's persistent compilation cache in this test's own folder (the previous settings restored after): a
-    rerun of the same programs loads the first run's executables instead of compiling them again."""
-    with persistent_cache(tmp_path / "xla") as folder:
-        yield folder
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, compile_cache):

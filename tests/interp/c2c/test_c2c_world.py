@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from core.compilation import persistent_cache
 from core.config import ConfigError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
@@ -128,15 +127,7 @@ def test_text_to_text_reads_the_sharer_hint():
 
 
 @pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory):
-    """JAX's persistent compilation cache in this module's own folder (the previous settings restored after):
-    the fuser trainer's reruns of the same programs load the first run's executables instead of compiling."""
-    with persistent_cache(tmp_path_factory.mktemp("xla")) as folder:
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def trained_models(compile_cache):
+def trained_models(module_compile_cache):
     """A few steps of the real LM trainer for both models (shared by the two fuser-training tests)."""
     from interp.c2c.train import train_lm
     cfg = LMTrainConfig(steps=3, batch_size=8, warmup=1)
