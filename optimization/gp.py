@@ -149,18 +149,21 @@ def _lbfgs(x, y, mask, init: GPParams, steps: int) -> tuple[GPParams, jax.Array]
     return _from_raw(u), jnp.where(jnp.isfinite(value), value, jnp.inf)
 
 
+def _starts(x: jax.Array, warm: GPParams | None) -> GPParams:
+    """The fits' starting points, stacked on a leading axis: the prior mode, then `warm` if given."""
+    start = default_params(x.shape[-1], x.dtype)
+    if warm is None:
+        return jax.tree.map(lambda a: a[None], start)
+    return jax.tree.map(lambda a, b: jnp.stack([a, b]), start, warm)
+
+
 def fit_map(x: jax.Array, y: jax.Array, mask: jax.Array, warm: GPParams | None = None, *,
             steps: int = 40) -> GPParams:
     """MAP hyperparameters of `gp_model` on standardised padded data, by `steps` L-BFGS steps.
 
     Starts: the prior-mode default and, if given, `warm` (e.g. last round's fit), one after the other
     (lax.map, one compiled body); the one with the higher log joint wins. Jittable: shapes depend on (n_max, d) only."""
-    d = x.shape[-1]
-    start = default_params(d, x.dtype)
-    if warm is None:
-        inits = jax.tree.map(lambda a: a[None], start)
-    else:
-        inits = jax.tree.map(lambda a, b: jnp.stack([a, b]), start, warm)
+    inits = _starts(x, warm)
     fits, losses = jax.lax.map(lambda p: _lbfgs(x, y, mask, p, steps), inits)
     best = jnp.argmin(losses)
     return jax.tree.map(lambda a: a[best], fits)
@@ -224,12 +227,7 @@ def fit_map_to_tol(x: jax.Array, y: jax.Array, mask: jax.Array, warm: GPParams |
 
     Starts as `fit_map` (prior mode, then `warm` if given; the better fit wins). Jittable (a while loop: one
     compile per (n_max, d)). Returns (params, FitInfo of the winning start)."""
-    d = x.shape[-1]
-    start = default_params(d, x.dtype)
-    if warm is None:
-        inits = jax.tree.map(lambda a: a[None], start)
-    else:
-        inits = jax.tree.map(lambda a, b: jnp.stack([a, b]), start, warm)
+    inits = _starts(x, warm)
     fits, infos = jax.lax.map(lambda p: _lbfgs_to_tol(x, y, mask, p, max_steps, ftol, gtol), inits)
     best = jnp.argmin(infos.loss)
     return jax.tree.map(lambda a: a[best], fits), jax.tree.map(lambda a: a[best], infos)
