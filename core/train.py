@@ -323,12 +323,20 @@ class MetricsLog:
 
 # ---- finiteness: no checkpoint ever holds a non-finite value (issue #49) ----
 
+# below this many elements the probe reads one flat float32 copy of the parameters: one fusion instead of two per
+# leaf, which XLA:CPU compiles ~10x faster (PhaseFormer tiny, 64 leaves: 3.1 s -> 0.3 s); above it, per-leaf
+# reductions, so a large model is never copied
+_FLAT_NORM_LIMIT = 1 << 26
+
+
 def _global_norm(params: Any) -> jax.Array:
     """L2 norm over every floating leaf, scaled by the largest magnitude so that huge but finite parameters
     (1e30) give a finite norm; NaN or inf anywhere gives a non-finite one."""
     leaves = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.inexact)]
     if not leaves:
         return jnp.zeros((), jnp.float32)
+    if sum(x.size for x in leaves) <= _FLAT_NORM_LIMIT:
+        leaves = [jnp.concatenate([jnp.abs(x).reshape(-1).astype(jnp.float32) for x in leaves])]
     peak = jnp.max(jnp.stack([jnp.max(jnp.abs(x)).astype(jnp.float32) for x in leaves]))
     scale = jnp.where(peak > 0, peak, 1.0)
     total = sum(jnp.sum(jnp.square(jnp.abs(x).astype(jnp.float32) / scale)) for x in leaves)

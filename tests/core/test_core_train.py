@@ -256,6 +256,20 @@ def test_finite_loss_but_non_finite_parameters_are_refused_before_the_checkpoint
     assert Checkpointer(tmp_path / "checkpoints").latest_step() is None
 
 
+@pytest.mark.parametrize("flat_limit", [0, 1 << 26])  # per-leaf reductions / one flat copy
+def test_global_norm_matches_numpy_on_mixed_leaves(monkeypatch, flat_limit):
+    from core import train as train_lib
+    monkeypatch.setattr(train_lib, "_FLAT_NORM_LIMIT", flat_limit)
+    rng = np.random.default_rng(0)
+    tree = {"a": jnp.asarray(rng.standard_normal((3, 5)), jnp.float32), "b": jnp.asarray([1.5, -2.0], jnp.bfloat16),
+            "c": [jnp.asarray(rng.standard_normal(7) * 1e3, jnp.float32)], "step": jnp.int32(7)}
+    floats = [np.asarray(x, np.float64) for x in (tree["a"], tree["b"], tree["c"][0])]
+    expected = np.sqrt(sum((x ** 2).sum() for x in floats))  # the int leaf is not a parameter
+    assert float(train_lib._global_norm(tree)) == pytest.approx(expected, rel=1e-6)
+    assert not np.isfinite(float(train_lib._global_norm({**tree, "b": jnp.asarray([1.0, np.nan], jnp.bfloat16)})))
+    assert not np.isfinite(float(train_lib._global_norm({**tree, "a": tree["a"].at[0, 0].set(np.inf)})))
+
+
 def test_huge_but_finite_parameters_have_a_finite_norm():
     from core.train import check_finite
     norm = check_finite({"loss": [jnp.float32(1.0), jnp.float32(2.0)]}, {"w": jnp.full((4,), 1e30)}, first=1,
