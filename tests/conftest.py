@@ -2,9 +2,10 @@
 
 import os
 
-# 8 fake CPU devices, and LLVM's backend optimisation off: the tests are dominated by compiles of small programs, which this makes ~35 %
-# cheaper (PhaseFormer tiny: compile 16.9 -> 11.0 s, identical test MSE; six training test files 317 -> 250 s);
-# XLA's own HLO passes (fusion, layout) still run, and LLVM does not reassociate float math either way
+# 8 fake CPU devices, and LLVM's backend optimisation off: the tests are dominated by compiles of small programs,
+# which this makes ~35 % cheaper (PhaseFormer tiny: compile 16.9 -> 11.0 s, identical test MSE; six training test
+# files 317 -> 250 s); XLA's own HLO passes (fusion, layout) still run, and LLVM does not reassociate float math
+# either way
 _SET_HERE = ("--xla_force_host_platform_device_count", "--xla_backend_optimization_level")
 os.environ["XLA_FLAGS"] = " ".join(
     [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_SET_HERE)]
@@ -40,3 +41,16 @@ def module_compile_cache(tmp_path_factory):
     from core.compilation import persistent_cache
     with persistent_cache(tmp_path_factory.mktemp("xla")) as folder:
         yield folder
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into the groups it schedules
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, the tests of a module that share a module-scoped fixture (a trained tiny model, a
+    compile cache) run on one worker: otherwise each worker that receives one of them builds the fixture again
+    (the head-GAN and DEDUCE train runs were built twice per CI run)."""
+    for item in items:
+        if any(item.iter_markers("xdist_group")) or getattr(item, "_fixtureinfo", None) is None:
+            continue
+        defs = item._fixtureinfo.name2fixturedefs
+        if any(defs.get(name) and defs[name][-1].scope == "module" for name in item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group(f"module-fixture:{item.module.__name__}"))
