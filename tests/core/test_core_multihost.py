@@ -16,7 +16,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _final_params(workdir, devices):
+def _final_params(*workdirs, devices=8):
+    """The final parameters of each run folder's checkpoint, read in one fresh process (one jax start-up)."""
     script = f"""
 import os, json
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count={devices}"
@@ -27,12 +28,14 @@ from core.checkpoint import Checkpointer
 from core.train import init_train_state
 c = example.PRESETS["tiny"]
 _, params = nnx.split(example.MLP(c.features, c.hidden, rngs=nnx.Rngs(c.seed)), nnx.Param)
-state, _ = Checkpointer({str(workdir / "checkpoints")!r}, config=c).restore(
-    init_train_state(params, optax.adam(c.lr), jax.random.key(c.seed)))
-print(json.dumps([np.asarray(x).tolist() for x in jax.tree.leaves(state.params)]))
+for workdir in {[str(w / "checkpoints") for w in workdirs]!r}:
+    state, _ = Checkpointer(workdir, config=c).restore(init_train_state(params, optax.adam(c.lr),
+                                                                        jax.random.key(c.seed)))
+    print(json.dumps([np.asarray(x).tolist() for x in jax.tree.leaves(state.params)]))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    return [np.asarray(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
+    lines = out.stdout.strip().splitlines()[-len(workdirs):]
+    return [[np.asarray(x) for x in json.loads(line)] for line in lines]
 
 
 @pytest.mark.multiprocess
@@ -54,5 +57,7 @@ def test_two_processes_equal_one_process_with_eight_devices(tmp_path):
     metrics = json.loads((tmp_path / "multi" / "metrics.json").read_text())
     assert metrics["processes"] == 2 and metrics["devices"] == 8
 
-    for a, b in zip(_final_params(tmp_path / "multi", 8), _final_params(tmp_path / "single", 8)):
+    multi, single = _final_params(tmp_path / "multi", tmp_path / "single")
+    assert len(multi) == len(single) > 0
+    for a, b in zip(multi, single):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
