@@ -36,16 +36,3 @@ def module_compile_cache(tmp_path_factory):
     from core.compilation import persistent_cache
     with persistent_cache(tmp_path_factory.mktemp("xla")) as folder:
         yield folder
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into the groups it schedules
-def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup`, the tests of a module that share a module-scoped fixture (a trained tiny model, a
-    compile cache) run on one worker: otherwise each worker that receives one of them builds the fixture again
-    (the head-GAN and DEDUCE train runs were built twice per CI run)."""
-    for item in items:
-        if any(item.iter_markers("xdist_group")) or getattr(item, "_fixtureinfo", None) is None:
-            continue
-        defs = item._fixtureinfo.name2fixturedefs
-        if any(defs.get(name) and defs[name][-1].scope == "module" for name in item.fixturenames):
-            item.add_marker(pytest.mark.xdist_group(f"module-fixture:{item.module.__name__}"))
