@@ -336,6 +336,7 @@ def _global_norm(params: Any) -> jax.Array:
     if not leaves:
         return jnp.zeros((), jnp.float32)
     if sum(x.size for x in leaves) <= _FLAT_NORM_LIMIT:
+        # abs before the cast: a complex leaf contributes its magnitude, as on the per-leaf path
         leaves = [jnp.concatenate([jnp.abs(x).reshape(-1).astype(jnp.float32) for x in leaves])]
     peak = jnp.max(jnp.stack([jnp.max(jnp.abs(x)).astype(jnp.float32) for x in leaves]))
     scale = jnp.where(peak > 0, peak, 1.0)
