@@ -5,6 +5,7 @@ The official code is not part of this project (no licence; never committed): bri
 install torch CPU and Lightning through the ``phaseformer_peer`` extra, then run this script::
 
     git --git-dir=<fetched bare repo> archive HEAD | tar -x -C /tmp/pf_official
+    git --git-dir=<fetched bare repo> rev-parse HEAD > /tmp/pf_official/COMMIT   # recorded as the peer's commit
     .venv/bin/pip install -e .[phaseformer_peer]
     nice -n 10 .venv/bin/python benchmarks/phaseformer_speed.py --official-dir /tmp/pf_official
     .venv/bin/python benchmarks/phaseformer_speed.py --claims-from-rows
