@@ -26,16 +26,36 @@ def _edit(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Lexicon:
-    """Words and their phone-id spellings (first CMU pronunciation)."""
+    """Words and their phone-id spellings (first CMU pronunciation, or the one in `extra`)."""
 
-    def __init__(self, words: Sequence[str]):
+    def __init__(self, words: Sequence[str], extra: phonemes.Pronunciations | None = None):
         self.words = sorted(set(words))
         if not self.words:
             raise ValueError("empty word list: expected at least one lexicon word")
-        self.spell = {w: [phonemes.PHONE_ID[p] for p in phonemes.word_phones(w)] for w in self.words}
+        self.spell = {w: [phonemes.PHONE_ID[p] for p in phonemes.word_phones(w, extra)] for w in self.words}
+        self.dropped_sentences = 0  # LM sentences left out for a word with no pronunciation (see lm_corpus)
 
     def nearest(self, ids: Sequence[int]) -> str:
         return min(self.words, key=lambda w: (_edit(ids, self.spell[w]), w))
+
+    def oov_rate(self, texts: Sequence[str]) -> float:
+        """Fraction of the (normalised) words of `texts` outside the lexicon: words the cascade cannot emit, each
+        a sure error in the WER (they stay in the references, as in the official scoring)."""
+        words = [w for t in texts for w in phonemes.normalise(t)]
+        return sum(w not in self.spell for w in words) / max(len(words), 1)
+
+
+def lm_corpus(texts: Sequence[str], extra: phonemes.Pronunciations | None = None
+              ) -> tuple[list[list[str]], Lexicon]:
+    """The word LM's sentences and the decoder's lexicon, as the official recipe builds them
+    (nejm-brain-to-text `format_lm_data.py`): a sentence with any word that has no pronunciation is left out of
+    the LM text (not kept with that word deleted), and the lexicon is every word of the sentences kept. The
+    count left out is `lexicon.dropped_sentences`."""
+    kept = [ws for ws in (phonemes.normalise(t) for t in texts) if ws and not any(
+        not phonemes.has_pronunciation(w, extra) for w in ws)]
+    lexicon = Lexicon([w for ws in kept for w in ws], extra)
+    lexicon.dropped_sentences = sum(1 for t in texts if phonemes.normalise(t)) - len(kept)
+    return kept, lexicon
 
 
 def greedy_words(phone_ids: Sequence[int], lexicon: Lexicon) -> str:
@@ -128,7 +148,8 @@ class WordDecoder:
         """(T, 41) log-probs, of which the first `frames` are real -> the best word sequence."""
         em = np.ascontiguousarray(np.asarray(logp[:frames], np.float32))
         result = self.decoder.decode(em.ctypes.data, em.shape[0], em.shape[1])[0]
-        return " ".join(self.lexicon.words[i] for i in result.words if 0 <= i < self.unk)
+        # -1 marks no word; the unknown word (never emitted: unk_score is -inf) would be written as <unk>
+        return " ".join(self.lexicon.words[i] if i < self.unk else "<unk>" for i in result.words if i >= 0)
 
 
 def tune_weights(decoder: WordDecoder, logprobs: np.ndarray, frames: np.ndarray, texts: Sequence[str], *,

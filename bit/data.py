@@ -65,15 +65,34 @@ def zscore_per_block(features: Sequence[np.ndarray], blocks: np.ndarray) -> list
     return out
 
 
-def load_b2t24(path: str | pathlib.Path) -> Session:
+def _labels(text: str, path, i: int, extra: phonemes.Pronunciations | None) -> np.ndarray:
+    """Phone ids of a trial's sentence; a word with no pronunciation is an error naming the file (never dropped)."""
+    oov = phonemes.oov_words(text, extra)
+    if oov:
+        raise BadInputError(f"{path}: trial {i} sentence {text!r} has words with no pronunciation {oov}; expected "
+                            "cmudict words, or their pronunciations in a file named by data.pronunciations")
+    if not phonemes.normalise(text):
+        raise BadInputError(f"{path}: trial {i} sentence {text!r} has no words; expected a transcription")
+    return phonemes.text_to_ids(text, extra)
+
+
+def _exists(path: pathlib.Path, what: str) -> None:
+    if not path.is_file():
+        raise BadInputError(f"{path}: no such file; expected {what}")
+
+
+def load_b2t24(path: str | pathlib.Path, pronunciations: phonemes.Pronunciations | None = None) -> Session:
     """Read one '24 competition session; z-score [tx1, spikePow] (area 6v) per block."""
     from scipy.io import loadmat
 
     path = pathlib.Path(path)
+    _exists(path, "a Brain-to-Text '24 session .mat")
     try:
         mat = loadmat(path)
     except Exception as e:  # noqa: BLE001 (scipy raises several types)
-        raise BadInputError(f"{path}: not a readable MATLAB .mat file ({e})") from e
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise BadInputError(f"{path}: not a readable MATLAB .mat file ({why}); expected a Brain-to-Text '24 "
+                            "session") from e
     need = ("sentenceText", "tx1", "spikePow", "blockIdx")
     missing = [k for k in need if k not in mat]
     if missing:
@@ -90,18 +109,21 @@ def load_b2t24(path: str | pathlib.Path) -> Session:
             raise BadInputError(f"{path}: trial {i} tx1 {a.shape} vs spikePow {b.shape}; expected equal shapes")
     feats = zscore_per_block([np.concatenate([a[:, AREA_6V], b[:, AREA_6V]], 1) for a, b in zip(tx, sbp)], blocks)
     return Session(feats, [a[:, AREA_6V] for a in tx], texts, blocks,
-                   [phonemes.text_to_ids(t) for t in texts], path.stem)
+                   [_labels(t, path, i, pronunciations) for i, t in enumerate(texts)], path.stem)
 
 
-def load_b2t25(path: str | pathlib.Path) -> Session:
-    """Read one '25 session hdf5 (`trial_*` groups); features are used as released (already normalised)."""
+def load_b2t25(path: str | pathlib.Path, pronunciations: phonemes.Pronunciations | None = None) -> Session:
+    """Read one '25 session hdf5 (`trial_*` groups); features are used as released (already normalised). Labels
+    are the file's `seq_class_ids` (the official g2p phones); a trial without them is labelled from its text."""
     import h5py
 
     path = pathlib.Path(path)
+    _exists(path, "a Brain-to-Text '25 session hdf5")
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise BadInputError(f"{path}: not a readable hdf5 file ({e})") from e
+        raise BadInputError(f"{path}: not a readable hdf5 file ({str(e).splitlines()[0]}); expected a "
+                            "Brain-to-Text '25 session") from e
     feats, texts, blocks, ids = [], [], [], []
     with f:
         keys = sorted(k for k in f.keys() if k.startswith("trial_"))
@@ -125,11 +147,53 @@ def load_b2t25(path: str | pathlib.Path) -> Session:
             texts.append(text)
             blocks.append(int(attrs.get("block_num", 0)))
             if "seq_class_ids" in g:
-                n = int(attrs.get("seq_len", 0))
+                if "seq_len" not in attrs:
+                    raise BadInputError(f"{path}/{k}: seq_class_ids without a 'seq_len' attribute; expected both")
+                n = int(attrs["seq_len"])
                 ids.append(np.asarray(g["seq_class_ids"], np.int32).reshape(-1)[:n])
             else:
-                ids.append(phonemes.text_to_ids(text))
+                ids.append(_labels(text, f"{path}/{k}", 0, pronunciations))
     return Session(feats, None, texts, np.asarray(blocks), ids, path.stem)
+
+
+# --- a folder of real sessions ------------------------------------------------------------------------------
+
+# where each release keeps its splits: '24 competitionData/{train,test}/<session>.mat; '25 hdf5_data_final/
+# <session>/data_{train,val}.hdf5 (the '25 test split has no transcriptions, so its validation split is the test)
+SPLIT_GLOBS = {"b2t24": {"train": "train/*.mat", "test": "test/*.mat"},
+               "b2t25": {"train": "*/data_train.hdf5", "test": "*/data_val.hdf5"}}
+LOADERS = {"b2t24": load_b2t24, "b2t25": load_b2t25}
+
+
+def session_name(path: pathlib.Path, layout: str) -> str:
+    return path.stem if layout == "b2t24" else path.parent.name
+
+
+def load_dir(data_dir: str | pathlib.Path, layout: str, pronunciations: phonemes.Pronunciations | None = None
+             ) -> dict[str, list[Session]]:
+    """Read a folder of real sessions in the release's own layout: {"train": [...], "test": [...]}, each session
+    named after its recording day (file stem for '24, folder for '25). Sessions are sorted by name."""
+    root = pathlib.Path(data_dir)
+    if layout not in SPLIT_GLOBS:
+        raise BadInputError(f"data.layout={layout!r}: expected one of {sorted(SPLIT_GLOBS)}")
+    globs = SPLIT_GLOBS[layout]
+    if not root.is_dir():
+        raise BadInputError(f"{root}: no such folder; expected data.data_dir to hold {globs['train']} and "
+                            f"{globs['test']} ({layout} layout)")
+    out = {}
+    for split, pattern in globs.items():
+        files = sorted(root.glob(pattern), key=lambda f: session_name(f, layout))
+        if not files:
+            other = {lay: g[split] for lay, g in SPLIT_GLOBS.items() if lay != layout and any(root.glob(g[split]))}
+            hint = f" (found {list(other.values())[0]}: set data.layout={list(other)[0]})" if other else ""
+            raise BadInputError(f"{root}: no {pattern} session files{hint}; expected the {layout} release layout "
+                                f"({globs['train']}, {globs['test']})")
+        out[split] = []
+        for f in files:
+            sess = LOADERS[layout](f, pronunciations)
+            sess.name = session_name(f, layout)
+            out[split].append(sess)
+    return out
 
 
 # --- padded arrays -----------------------------------------------------------------------------------------

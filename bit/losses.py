@@ -9,6 +9,7 @@ import optax
 from flax import nnx
 
 from bit.configs import Config
+from bit.sessions import pretrain_feature_mask
 
 
 def span_mask(key: jax.Array, batch: int, num_patches: int, ratio: float, max_span: int) -> jax.Array:
@@ -41,13 +42,16 @@ def poisson_nll(log_rate: jax.Array, counts: jax.Array) -> jax.Array:
 
 def make_pretrain_loss(config: Config, graphdef: nnx.GraphDef, channel_mask: jax.Array):
     """loss_fn(params, batch, key): masked-patch reconstruction over patches that are masked and valid.
-    `channel_mask` (S, C) marks the count channels each session really has."""
+    `channel_mask` (S, C) marks the count channels each session really has. With train.pretrain_features="tx"
+    the encoder sees only the threshold-crossing columns (the rest zeroed) and, for the MSE, reconstructs only
+    them; the Poisson target is the tx1 counts either way."""
     m, t = config.model, config.train
+    feature_mask = jnp.asarray(pretrain_feature_mask(config))
 
     def loss_fn(params, batch, key):
         model = nnx.merge(graphdef, params)
         ka, km, kd = jax.random.split(key, 3)
-        x = augment(batch["x"], ka, t.noise_sd, t.offset_sd)
+        x = augment(batch["x"], ka, t.noise_sd, t.offset_sd) * feature_mask
         b, tb, _ = x.shape
         p = tb // m.patch
         mask = span_mask(km, b, p, m.mask_ratio, m.max_span)
@@ -60,15 +64,25 @@ def make_pretrain_loss(config: Config, graphdef: nnx.GraphDef, channel_mask: jax
             w = sel[..., None] * channel_mask[batch["session"]][:, None, :]
         else:  # features (e.g. the normalised '25 release); the read-out was built with num_counts = F
             elem = (pred - batch["x"]) ** 2
-            w = jnp.broadcast_to(sel[..., None], elem.shape)
+            w = sel[..., None] * feature_mask
         loss = (elem * w).sum() / jnp.maximum(w.sum(), 1.0)
         return loss, {"masked_fraction": (mask & (jnp.arange(p)[None] * m.patch < batch["length"][:, None])).mean()}
 
     return loss_fn
 
 
+def ctc_min_frames(labels: jax.Array, label_length: jax.Array) -> jax.Array:
+    """(B,) the fewest CTC frames that can emit each label sequence: its length plus one blank between every pair
+    of equal neighbours. labels (B, L), label_length (B,)."""
+    valid = jnp.arange(labels.shape[1] - 1)[None] < (label_length[:, None] - 1)
+    repeats = ((labels[:, 1:] == labels[:, :-1]) & valid).sum(1)
+    return label_length + repeats
+
+
 def ctc_loss(model, batch, key: jax.Array | None, config: Config, *, train: bool) -> tuple[jax.Array, jax.Array]:
-    """Mean per-sentence CTC loss normalised by label length, and the log-probs (B, frames, 41)."""
+    """Mean per-sentence CTC loss normalised by label length, and the log-probs (B, frames, 41). With
+    train.ctc_zero_infinity (torch's `zero_infinity=True`) a trial with fewer frames than `ctc_min_frames` adds 0
+    loss and 0 gradient; without it, optax's ~1e5 stand-in for an infinite loss."""
     m, t = config.model, config.train
     x = batch["x"]
     mask = None
@@ -84,6 +98,9 @@ def ctc_loss(model, batch, key: jax.Array | None, config: Config, *, train: bool
     labels = batch["labels"]
     label_pad = (jnp.arange(labels.shape[1])[None] >= batch["label_length"][:, None]).astype(jnp.float32)
     per = optax.ctc_loss(logp, pad, labels, label_pad, blank_id=0)
+    if t.ctc_zero_infinity:
+        frames = (1.0 - pad).sum(1)
+        per = jnp.where(frames >= ctc_min_frames(labels, batch["label_length"]), per, 0.0)
     return (per / jnp.maximum(batch["label_length"], 1)).mean(), logp
 
 

@@ -7,10 +7,13 @@ Classes follow BIT's CTC layout: 0 = CTC blank, 1..39 = the 39 CMU phones (stres
 from __future__ import annotations
 
 import functools
+import pathlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from core.config import BadInputError
 
 PHONES: tuple[str, ...] = (
     "AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "EH", "ER", "EY", "F", "G", "HH", "IH", "IY", "JH",
@@ -33,19 +36,55 @@ def normalise(text: str) -> list[str]:
     return [w for w in re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split() if w.strip("'")]
 
 
-def word_phones(word: str) -> list[str]:
-    """The first CMU pronunciation of `word`, stress digits removed; ValueError if it is not in the dictionary."""
+Pronunciations = Mapping[str, Sequence[str]]
+
+
+def word_phones(word: str, extra: Pronunciations | None = None) -> list[str]:
+    """The first CMU pronunciation of `word` (or its entry in `extra`, which wins), stress digits removed;
+    ValueError if it has none."""
+    if extra and word.lower() in extra:
+        return [re.sub(r"\d", "", p) for p in extra[word.lower()]]
     prons = cmu().get(word.lower())
     if not prons:
         raise ValueError(f"word {word!r} is not in the CMU dictionary: expected a dictionary word")
     return [re.sub(r"\d", "", p) for p in prons[0]]
 
 
-def text_to_ids(text: str) -> np.ndarray:
-    """Sentence -> phone class ids (1..39) with SIL (40) after every word, as BIT's CTC targets."""
+def has_pronunciation(word: str, extra: Pronunciations | None = None) -> bool:
+    return bool(extra and word.lower() in extra) or bool(cmu().get(word.lower()))
+
+
+def oov_words(text: str, extra: Pronunciations | None = None) -> list[str]:
+    """The words of `text` (normalised) that have no pronunciation in cmudict or `extra`."""
+    return [w for w in normalise(text) if not has_pronunciation(w, extra)]
+
+
+def read_pronunciations(path: str | pathlib.Path) -> dict[str, list[str]]:
+    """A CMU-format pronunciation file (`WORD  PH1 PH2 ...`, `;;;` comments; `WORD(2)` variants skipped), as the
+    official recipes add pronunciations for words cmudict lacks (they run a g2p model to make them)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise BadInputError(f"{path}: no such pronunciation file; expected CMU-format lines 'WORD PH1 PH2 ...'")
+    out: dict[str, list[str]] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith(";;;"):
+            continue
+        word, *phones = line.split()
+        bad = [p for p in phones if re.sub(r"\d", "", p) not in PHONE_ID]
+        if not phones or bad:
+            raise BadInputError(f"{path}:{n}: {line.strip()!r}; expected 'WORD' then CMU phones (of {PHONES[0]}.."
+                                f"{PHONES[-1]}, stress digits allowed)")
+        if not word.endswith(")"):
+            out.setdefault(word.lower(), phones)
+    return out
+
+
+def text_to_ids(text: str, extra: Pronunciations | None = None) -> np.ndarray:
+    """Sentence -> phone class ids (1..39) with SIL (40) after every word, as BIT's CTC targets. Words outside
+    cmudict take their pronunciation from `extra`; a word in neither raises (never dropped)."""
     out: list[int] = []
     for w in normalise(text):
-        out += [PHONE_ID[p] for p in word_phones(w)] + [SIL]
+        out += [PHONE_ID[p] for p in word_phones(w, extra)] + [SIL]
     if not out:
         raise ValueError(f"sentence {text!r} has no words: expected at least one dictionary word")
     return np.asarray(out, np.int32)

@@ -39,7 +39,9 @@ class SimConfig:
     channels: int = 128  # simulated area-6v electrodes ('24 files also get 128 untuned area-44 columns)
     tuned_fraction: float = 0.6  # fraction of channels tuned to the latent (the rest carry baseline rate only)
     rate_hz: tuple[float, float] = (5.0, 50.0)  # (low, high) range of baseline firing rates, in Hz (log-uniform)
-    gain: float = 0.45  # modulation depth of log-rate by the latent: sets the difficulty (SNR)
+    # modulation depth of log-rate by the latent (the SNR). 1.0: the true rates beat the best per-block constant
+    # by ~22 % of the Poisson NLL (~0.57 bits/spike, rate_oracle); at 0.45 (before participants) only ~2.7 %
+    gain: float = 1.0
     phone_bins: float = 4.0  # mean phone duration (bins of 20 ms)
     sil_bins: tuple[int, int] = (2, 8)  # (min, max) silence duration between words, in bins (uniform)
     duration_sd: float = 0.3  # sd of log phone duration (attempted speech)
@@ -63,6 +65,7 @@ class SimConfig:
     reach_bins: float = 12.0  # mean reach-segment duration, in bins (mixed with phone_bins by data.alpha)
     reach_stiffness: float = 0.1  # reach dynamics' spring constant (mixed with stiffness by data.alpha)
     reach_damping: float = 0.4  # reach dynamics' damping (mixed with damping by data.alpha)
+    target_scale: float = 1.0  # sd of the per-phone latent targets mu_p (their separation against the noise)
     seed: int = 0  # the "world": phone targets, the human W, baselines
 
     def __post_init__(self):
@@ -104,26 +107,36 @@ def session_days(schedule: Sequence[Block] | None = None) -> list[int]:
 
 @dataclasses.dataclass
 class Trial:
-    """One simulated sentence: tx1 counts (T, C), sbp (T, C), the text, its block, and the phone ids."""
+    """One simulated sentence: tx1 counts (T, C), sbp (T, C), the text, its block, the phone ids, and the true
+    Poisson rate (T, C) the counts were drawn from (for the oracle check; not written to the files)."""
 
     text: str
     tx: np.ndarray
     sbp: np.ndarray
     block: int
     phone_ids: np.ndarray
+    rate: np.ndarray | None = None
 
 
 class World:
-    """The shared ground truth (phone targets, human W and baselines) and its drift over sessions."""
+    """The ground truth of one human participant and its drift over sessions. The per-phone latent targets `mu`
+    are shared by every participant (the speech structure that makes cross-participant pretraining useful); each
+    participant has its own electrode-to-latent mapping W, tuned-channel set, baselines and drift.
+    `World(cfg)` is participant 0, the target participant (its draws are the same as before participants)."""
 
-    def __init__(self, cfg: SimConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: SimConfig, participant: int = 0):
+        if participant < 0:
+            raise BadInputError(f"participant={participant}: expected an index >= 0 (0 = the target participant)")
+        self.cfg, self.participant = cfg, int(participant)
         rng = np.random.default_rng([cfg.seed, 0])
         d, c = cfg.latent_dim, cfg.channels
-        self.mu = rng.normal(size=(phonemes.NUM_CLASSES, d))
+        self.mu = rng.normal(size=(phonemes.NUM_CLASSES, d)) * cfg.target_scale
         self.mu[phonemes.SIL] *= 0.3  # silence: near rest
         self.mu[phonemes.BLANK] = 0.0
+        if participant:  # an own stream for everything but the shared targets
+            rng = np.random.default_rng([cfg.seed, 5, participant])
         tuned = rng.random(c) < cfg.tuned_fraction
+        self.tuned = tuned
         self.w0 = rng.normal(size=(c, d)) / np.sqrt(d) * tuned[:, None]
         self.w_perp = rng.normal(size=(c, d)) / np.sqrt(d) * tuned[:, None]
         lo, hi = np.log(np.array(cfg.rate_hz) * BIN_S)
@@ -132,7 +145,7 @@ class World:
     def sessions(self, days: Sequence[int], seed: int) -> list[dict]:
         """Per-session parameters (b, gain, W, alive) after drift along `days` (sorted post-implant days)."""
         cfg = self.cfg
-        rng = np.random.default_rng([cfg.seed, 1, seed])
+        rng = np.random.default_rng([cfg.seed, 1, seed] + ([self.participant] if self.participant else []))
         b, g, w = self.b0.copy(), np.ones(cfg.channels), self.w0.copy()
         alive = np.ones(cfg.channels, bool)
         out, prev = [], days[0] if days else 0
@@ -142,9 +155,25 @@ class World:
             g = g * np.exp(rng.normal(0, cfg.drift_gain * gap, cfg.channels))
             w = w + rng.normal(0, cfg.drift_w * gap, w.shape) * (np.abs(self.w0).sum(1, keepdims=True) > 0)
             alive &= rng.random(cfg.channels) >= cfg.death_per_day * max(day - prev, 0)
-            out.append({"day": int(day), "b": b.copy(), "g": g.copy(), "w": w.copy(), "alive": alive.copy()})
+            out.append({"day": int(day), "b": b.copy(), "g": g.copy(), "w": w.copy(), "alive": alive.copy(),
+                        "participant": self.participant})
             prev = day
         return out
+
+
+def participant_days(participant: int, n: int, schedule: Sequence[Block] | None = None) -> list[int]:
+    """`n` session days of a participant. Participant 0 (the target): the T15 schedule's days, evenly spread.
+    Others: `n` of those days drawn at random (per participant) and shifted by 0-90 days, so every participant
+    has its own gaps and so its own drift."""
+    days = session_days(schedule)
+    if not 1 <= n <= len(days):
+        raise BadInputError(f"n={n} sessions: expected 1..{len(days)} (the T15 schedule's sessions)")
+    if participant == 0:
+        return [days[i] for i in np.linspace(0, len(days) - 1, n).round().astype(int)]
+    rng = np.random.default_rng([7, participant])
+    pick = np.sort(rng.choice(len(days), n, replace=False))
+    shift = int(rng.integers(0, 91))
+    return [int(days[i]) + shift for i in pick]
 
 
 def _durations(rng, ids: np.ndarray, cfg: SimConfig, jitter: float) -> np.ndarray:
@@ -182,7 +211,8 @@ def simulate_session(world: World, session: dict, sentences: Sequence[str], bloc
     if len(sentences) != len(blocks):
         raise BadInputError(f"{len(sentences)} sentences but {len(blocks)} block numbers: expected one per sentence")
     cfg = world.cfg
-    rng = np.random.default_rng([cfg.seed, 2, seed, session["day"], task == "imagined"])
+    who = [session["participant"]] if session.get("participant") else []
+    rng = np.random.default_rng([cfg.seed, 2, seed, session["day"], task == "imagined"] + who)
     w, gain, jitter = session["w"], cfg.gain, cfg.duration_sd
     if task == "imagined":
         th = cfg.imagined_rotation
@@ -201,7 +231,7 @@ def simulate_session(world: World, session: dict, sentences: Sequence[str], bloc
         rate = np.exp(log_rate) * session["alive"]
         tx = rng.poisson(rate).astype(np.float32)
         sbp = (rate / BIN_S * np.exp(rng.normal(0, cfg.sbp_noise, rate.shape)) * session["alive"]).astype(np.float32)
-        trials.append(Trial(text, tx, sbp, int(blk), ids))
+        trials.append(Trial(text, tx, sbp, int(blk), ids, rate.astype(np.float32)))
     return trials
 
 
@@ -231,6 +261,39 @@ def simulate_monkey(world: World, n_trials: int, *, alpha: float, seed: int = 0)
         x = _integrate(targets, k, c, cfg.process_noise, rng)
         out.append(rng.poisson(np.exp(b + cfg.gain * (x @ w.T))).astype(np.float32))
     return out
+
+
+def rate_oracle(sessions: Sequence[Sequence[Trial]]) -> dict[str, float]:
+    """How much of the Poisson signal a model could learn at best: the NLL of the trials' counts under their true
+    simulated rates against the best constant rate per channel and block (each live channel's mean count over the
+    block's trials, fitted on the very counts it is scored on). Per block, so that the block offsets and day drift,
+    which the z-scored inputs hide from the encoder, do not count as learnable signal.
+
+    Returns per live channel-bin NLLs in nats (log y! included), `relative_gain` = 1 - true / constant, and
+    `bits_per_spike` = (constant - true, summed) / (spikes x ln 2), the Neural Latents Benchmark's unit."""
+    from scipy.special import gammaln
+
+    true_sum = const_sum = spikes = cells = 0.0
+    for trials in sessions:
+        if any(t.rate is None for t in trials):
+            raise BadInputError("rate_oracle: a trial without its true rate; expected trials from simulate_session")
+        for block in sorted({t.block for t in trials}):
+            y = np.concatenate([t.tx for t in trials if t.block == block]).astype(np.float64)
+            lam = np.concatenate([t.rate for t in trials if t.block == block]).astype(np.float64)
+            live = lam.max(0) > 0  # dead channels (rate 0, no counts) carry no signal either way
+            y, lam = y[:, live], lam[:, live]
+            const = np.broadcast_to(np.maximum(y.mean(0), 1e-12), y.shape)
+            log_fact = gammaln(y + 1)
+            true_sum += float((lam - y * np.log(lam) + log_fact).sum())
+            const_sum += float((const - y * np.log(const) + log_fact).sum())
+            spikes += float(y.sum())
+            cells += y.size
+    if not cells:
+        raise BadInputError("rate_oracle: no trials; expected at least one session with trials")
+    true_nll, const_nll = true_sum / cells, const_sum / cells
+    return {"true_rate_nll": true_nll, "constant_rate_nll": const_nll, "relative_gain": 1.0 - true_nll / const_nll,
+            "bits_per_spike": float((const_sum - true_sum) / (max(spikes, 1.0) * np.log(2.0))),
+            "mean_count": spikes / cells}
 
 
 # --- the real file formats ---------------------------------------------------------------------------------

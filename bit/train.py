@@ -17,130 +17,32 @@ import numpy as np
 import optax
 from flax import nnx
 
-from bit import data as data_lib
-from bit import phonemes, simulate
+from bit import phonemes
 from bit.configs import Config
 from bit.losses import make_ctc_loss, make_pretrain_loss
 from bit.model import Encoder
+
+# the data, re-exported: the CLI run and the benchmarks build it through `train`
+from bit.sessions import (  # noqa: F401
+    NUM_COUNTS,
+    NUM_FEATURES,
+    build_data,
+    concat,
+    feature_sizes,
+    monkey_arrays,
+    num_datasets,
+    pretrain_feature_mask,
+    take,
+)
 from core import train as core_train
-
-NUM_FEATURES = 256  # '24 area 6v: 128 tx + 128 sbp; monkey tx are zero-padded to it
-NUM_COUNTS = 128
-
-
-# --- data ----------------------------------------------------------------------------------------------------
-
-def _smooth(arrays: dict[str, np.ndarray], sd: float) -> dict[str, np.ndarray]:
-    if sd <= 0:
-        return arrays
-    from scipy.ndimage import gaussian_filter1d
-    x = gaussian_filter1d(arrays["x"], sd, axis=1, mode="constant")
-    valid = np.arange(x.shape[1])[None, :, None] < arrays["length"][:, None, None]
-    return {**arrays, "x": np.where(valid, x, 0.0).astype(np.float32)}
-
-
-def build_data(config: Config, workdir: str | pathlib.Path, *, monkey_alpha: float | None = None) -> dict[str, Any]:
-    """Simulate the sessions, write them as '24 `.mat` files under workdir/data, read them back with the real
-    loader, and return padded arrays: `pretrain` (unlabelled attempted + imagined + monkey), `train` (all
-    labelled attempted training trials; fine-tuning takes the first `labelled`), `test` (attempted),
-    `imagined_test`, plus `lm_text` (generator text disjoint from every neural sentence) and sizes."""
-    d, sim = config.data, config.sim
-    workdir = pathlib.Path(workdir) / "data"
-    world = simulate.World(sim)
-    days_all = simulate.session_days()
-    pick = np.linspace(0, len(days_all) - 1, d.sessions).round().astype(int)
-    days = [days_all[i] for i in pick]
-    sessions = world.sessions(days, seed=d.seed)
-    per = d.sentences_per_session + d.test_per_session
-    n_im = d.imagined_per_session if d.imagined_sessions else 0
-    sentences = phonemes.generate_sentences(d.sessions * per + d.imagined_sessions * n_im, seed=1000 * d.seed + 1)
-    train_s, test_s, im_pre, im_test = [], [], [], []
-    cursor = 0
-    for i, sess in enumerate(sessions):
-        texts = sentences[cursor:cursor + per]
-        cursor += per
-        blocks = [1 + j // 20 for j in range(per)]
-        trials = simulate.simulate_session(world, sess, texts, blocks, seed=d.seed)
-        path = simulate.write_b2t24(workdir / f"t15_day{sess['day']:03d}_attempted.mat", trials, area44_seed=i)
-        loaded = data_lib.load_b2t24(path)
-        train_s.append(_subset(loaded, range(d.sentences_per_session)))
-        test_s.append(_subset(loaded, range(d.sentences_per_session, per)))
-        if i < d.imagined_sessions and n_im:
-            texts = sentences[cursor:cursor + n_im]
-            cursor += n_im
-            trials = simulate.simulate_session(world, sess, texts, [50 + j // 20 for j in range(n_im)],
-                                               task="imagined", seed=d.seed)
-            path = simulate.write_b2t24(workdir / f"t15_day{sess['day']:03d}_imagined.mat", trials, area44_seed=i)
-            loaded = data_lib.load_b2t24(path)
-            half = n_im // 2
-            im_pre.append((_subset(loaded, range(half)), i))
-            im_test.append((_subset(loaded, range(half, n_im)), i))
-    kw = dict(max_bins=sim.max_bins, num_features=NUM_FEATURES, num_counts=NUM_COUNTS, patch=config.model.patch,
-              max_labels=64)
-    human_ids = list(range(d.sessions))
-    out = {
-        "train": data_lib.pad_trials(train_s, human_ids, **kw),
-        "test": data_lib.pad_trials(test_s, human_ids, **kw),
-        "pretrain_human": data_lib.pad_trials(train_s + [s for s, _ in im_pre], human_ids + [i for _, i in im_pre],
-                                              **kw),
-    }
-    if im_test:
-        out["imagined_test"] = data_lib.pad_trials([s for s, _ in im_test], [i for _, i in im_test], **kw)
-        out["imagined_pretrain_count"] = sum(len(s) for s, _ in im_pre)
-    out = {k: (_smooth(v, d.smooth_sd) if isinstance(v, dict) else v) for k, v in out.items()}
-    monkey = monkey_arrays(config, d.alpha if monkey_alpha is None else monkey_alpha)
-    out["pretrain"] = concat(out["pretrain_human"], monkey) if monkey else out["pretrain_human"]
-    out["train_text"] = [t for s in train_s for t in s.texts]
-    out["test_text"] = [t for s in test_s for t in s.texts]
-    out["imagined_text"] = [t for s, _ in im_test for t in s.texts]
-    neural = set(sentences)
-    out["lm_text"] = [s for s in phonemes.generate_sentences(d.lm_sentences, seed=1000 * d.seed + 2)
-                      if s not in neural]
-    channel_mask = np.ones((d.sessions + d.monkey_sessions, NUM_COUNTS), np.float32)
-    channel_mask[d.sessions:, sim.monkey_channels:] = 0.0
-    out["channel_mask"] = channel_mask
-    out["num_sessions"] = d.sessions + d.monkey_sessions
-    return out
-
-
-def monkey_arrays(config: Config, alpha: float) -> dict[str, np.ndarray] | None:
-    """Unlabelled monkey sessions (session ids after the humans', read-in dataset 1), smoothed like the rest."""
-    d, sim = config.data, config.sim
-    if not d.monkey_sessions:
-        return None
-    world = simulate.World(sim)
-    sessions = []
-    for j in range(d.monkey_sessions):
-        trials = simulate.simulate_monkey(world, d.monkey_trials, alpha=alpha, seed=1000 * d.seed + j)
-        blocks = np.zeros(len(trials), int)
-        sessions.append(data_lib.Session(data_lib.zscore_per_block(trials, blocks), trials, [""] * len(trials),
-                                         blocks, [np.zeros(0, np.int32)] * len(trials), f"monkey{j}"))
-    arrays = data_lib.pad_trials(sessions, [d.sessions + j for j in range(d.monkey_sessions)],
-                                 max_bins=sim.max_bins, num_features=NUM_FEATURES, num_counts=NUM_COUNTS,
-                                 patch=config.model.patch, max_labels=64, dataset_ids=[1] * d.monkey_sessions)
-    return _smooth(arrays, d.smooth_sd)
-
-
-def concat(*arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}
-
-
-def _subset(s: data_lib.Session, idx) -> data_lib.Session:
-    idx = list(idx)
-    return data_lib.Session([s.features[i] for i in idx], None if s.counts is None else [s.counts[i] for i in idx],
-                            [s.texts[i] for i in idx], s.blocks[idx], [s.phone_ids[i] for i in idx], s.name)
-
-
-def take(arrays: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    return {k: v[:n] for k, v in arrays.items()}
-
 
 # --- model and optimiser -------------------------------------------------------------------------------------
 
 def init_model(config: Config, num_sessions: int, key: jax.Array) -> tuple[nnx.GraphDef, Any]:
     """(graphdef, params): split once; the loss functions merge them back."""
-    model = Encoder(config.model, num_sessions=num_sessions, num_features=NUM_FEATURES, num_counts=NUM_COUNTS,
-                    rngs=nnx.Rngs(params=key), num_datasets=2)  # 0 = human, 1 = monkey
+    f, c = feature_sizes(config)  # 0 = the target participant, 1 = monkey, 2.. = other participants
+    model = Encoder(config.model, num_sessions=num_sessions, num_features=f, num_counts=c,
+                    rngs=nnx.Rngs(params=key), num_datasets=num_datasets(config))
     graphdef, params = nnx.split(model, nnx.Param)
     return graphdef, params
 
@@ -230,6 +132,7 @@ def evaluate(config: Config, logprobs: np.ndarray, frames: np.ndarray, arrays: M
     out["phone_beam_sentences_per_s"] = n / (time.perf_counter() - t0)
     out["per_beam"] = metrics.per(refs, [pre[i, :plen[i]] for i in range(n)])
     if lexicon is not None:
+        out["oov_rate"] = lexicon.oov_rate(texts)
         out["greedy_lexicon_hyps"] = [cascade.greedy_words(g, lexicon) for g in greedy]
         out["wer_greedy_lexicon"] = metrics.wer(texts, out["greedy_lexicon_hyps"])
     if word_decoder is not None:
@@ -241,11 +144,17 @@ def evaluate(config: Config, logprobs: np.ndarray, frames: np.ndarray, arrays: M
 
 
 def make_word_decoder(config: Config, lm_text: list[str], workdir: str | pathlib.Path):
-    """Train the modified-KN word 3-gram on `lm_text` (disjoint from the neural sentences), load it in KenLM."""
+    """Train the modified-KN word 3-gram on `lm_text` (disjoint from the neural sentences), load it in KenLM.
+    The lexicon is the LM text's words; sentences with a word that has no pronunciation (cmudict or
+    data.pronunciations) are left out of the LM, as the official recipe does (`cascade.lm_corpus`)."""
     from bit import cascade, ngram
 
-    lexicon = cascade.Lexicon(phonemes.vocabulary())
-    arpa = ngram.train_arpa(lm_text, pathlib.Path(workdir) / "word_3gram.arpa", order=3)
+    extra = phonemes.read_pronunciations(config.data.pronunciations) if config.data.pronunciations else None
+    kept, lexicon = cascade.lm_corpus(lm_text, extra)
+    if lexicon.dropped_sentences:
+        print(f"word LM: {lexicon.dropped_sentences} of {len(lm_text)} sentences left out (a word with no "
+              "pronunciation)")
+    arpa = ngram.train_arpa([" ".join(ws) for ws in kept], pathlib.Path(workdir) / "word_3gram.arpa", order=3)
     dc = config.decode
     return lexicon, cascade.WordDecoder(lexicon, arpa, beam=dc.word_beam, lm_weight=dc.word_lm_weight,
                                         word_score=dc.word_score, sil_score=dc.sil_score)

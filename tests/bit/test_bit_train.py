@@ -1,6 +1,7 @@
 """Encoder pieces against references, the losses, a sharded step, config errors, and the tiny run end to end."""
 
 import dataclasses
+import functools
 import json
 
 import jax
@@ -111,3 +112,54 @@ def test_tiny_run_end_to_end(tmp_path, capsys):
         assert 0.0 <= saved[key] and np.isfinite(saved[key]), key
     assert saved["labelled"] == 16 and metrics["pretrained"]
     assert "truth:" in capsys.readouterr().out
+
+
+def test_ctc_zero_infinity_drops_infeasible_trials():
+    """As torch's zero_infinity: a trial whose labels cannot fit its frames adds 0 loss and 0 gradient; the
+    feasible trial's loss is unchanged."""
+    from flax import nnx
+    cfg = configs.tiny()
+    graphdef, params = train.init_model(cfg, 2, jax.random.key(0))
+    b = {k: jnp.asarray(v[:2]) for k, v in _batch(cfg, n=2).items()}
+    b["length"] = jnp.array([40, 10], jnp.int32)  # 40 bins -> 8 patches x 2 = 16 frames; 10 bins -> 4 frames
+    b["label_length"] = jnp.array([5, 9], jnp.int32)  # trial 1: 9 labels in 4 frames, infeasible
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def loss(p, batch, c=cfg):
+        return losses.ctc_loss(nnx.merge(graphdef, p), batch, None, c, train=False)[0]
+
+    first = {k: v[:1] for k, v in b.items()}
+    second = {k: v[1:] for k, v in b.items()}
+    np.testing.assert_allclose(float(loss(params, b)), float(loss(params, first)) / 2, rtol=1e-6)
+    assert float(loss(params, second)) == 0.0
+    grads = jax.jit(jax.grad(loss))(params, second)
+    assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
+    off = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, ctc_zero_infinity=False))
+    assert float(loss(params, second, off)) > 1e3  # optax's stand-in for an infinite loss
+
+
+def test_pretraining_sees_threshold_crossings_only_by_default():
+    cfg = dataclasses.replace(configs.tiny(), model=dataclasses.replace(configs.tiny().model, dropout=0.0))
+    graphdef, params = train.init_model(cfg, 2, jax.random.key(0))
+    batch = {k: jnp.asarray(v) for k, v in _batch(cfg).items()}
+    other_sbp = {**batch, "x": batch["x"].at[:, :, 128:].set(5.0)}  # columns 128.. are spike-band power
+    mask = jnp.ones((2, train.NUM_COUNTS))
+    for features, same in (("tx", True), ("tx+sbp", False)):
+        c = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, pretrain_features=features))
+        loss_fn = losses.make_pretrain_loss(c, graphdef, mask)
+        a = float(loss_fn(params, batch, jax.random.key(3))[0])
+        b = float(loss_fn(params, other_sbp, jax.random.key(3))[0])
+        assert (a == b) is same, (features, a, b)
+    np.testing.assert_array_equal(train.pretrain_feature_mask(configs.tiny()), np.arange(256) < 128)
+
+
+def test_tiny_run_on_the_b2t25_layout(tmp_path):
+    """The '25 layout end to end: simulated sessions written as hdf5 (512 features, no counts), MSE pretraining
+    on the 256 threshold-crossing columns, CTC, decoding."""
+    cfg = apply_overrides(configs.tiny(), ["data.layout=b2t25", "data.num_features=512", "train.recon_loss=mse"])
+    out = train.run(cfg, tmp_path)
+    assert list((tmp_path / "data").glob("*_attempted.hdf5")) and not list((tmp_path / "data").glob("*.mat"))
+    for key in ("per_greedy", "per_beam", "wer_cascade", "imagined_per_greedy"):
+        assert np.isfinite(out[key]) and out[key] >= 0.0, key
+    assert train.feature_sizes(cfg) == (512, 512)
+    np.testing.assert_array_equal(train.pretrain_feature_mask(cfg), np.arange(512) < 256)
