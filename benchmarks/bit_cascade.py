@@ -1,19 +1,22 @@
-"""BIT's pretraining claims on the simulator (paper 1): C1 pretrain vs scratch at 50/200/1000 labelled sentences,
-C2 monkey data in pretraining with shared dynamics alpha > 0 vs alpha = 0, C3 attempted -> imagined transfer,
-C4 the n-gram cascade vs greedy phonemes + lexicon lookup.
+"""BIT's pretraining claims on the multi-participant simulator (paper 1): C1 pretraining (the target participant's
+unlabelled sessions + other participants + monkey) vs scratch at 50/200/1000 labelled sentences, and with vs
+without the other participants; C2 monkey data in pretraining with shared dynamics alpha > 0 vs alpha = 0; C3
+attempted -> imagined transfer; C4 the n-gram cascade vs greedy phonemes + lexicon lookup. The simulator's oracle
+check (true-rate vs best-constant Poisson NLL, simulate.rate_oracle) is recorded beside them.
 
     .venv/bin/python -u benchmarks/bit_cascade.py --per-session 128 --test-per-session 10 --imagined-per-session 30 \
-        --pretrain-steps 900 --finetune-steps 400 --raw-dir /tmp/bit_cascade_bench4     # the committed run
+        --pretrain-steps 600 --finetune-steps 400 --raw-dir /tmp/bit_cascade_bench5     # the committed run
 
 One simulated world (data seed 0); seeds vary the model init, masking and batch order, vmapped in one program
 per setting. Writes benchmarks/results/bit_cascade.json (+ PNGs) and the README table between
-<!-- table:bit_cascade --> markers. Stages are cached under --raw-dir so a rerun resumes.
+<!-- table:bit_cascade --> markers. Stages are cached under --raw-dir, keyed by the config, so a rerun resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import pathlib
 import re
@@ -82,13 +85,23 @@ def claims_from_rows(rows: list[dict], scale: dict) -> list[dict]:
     c1 = lambda init, n, key: _seeds(rows, key, experiment="C1", init=init, labelled=n)  # noqa: E731
     if not any(r.get("experiment") == "C1" for r in rows):
         return claims
+    small = labelled[:2] if len(labelled) > 2 else labelled[:1]
     claims.append(_all_of(
         "C1_pretraining_lowers_per",
-        "C1: pretraining (human attempted + imagined + monkey, Poisson NLL) lowers test PER vs training from "
-        "scratch at every labelled-set size",
+        "C1: pretraining (the target participant's unlabelled attempted + imagined sessions, other participants, "
+        f"monkey; masked Poisson NLL) lowers test PER vs training from scratch at the small labelled-set sizes "
+        f"({', '.join(map(str, small))})",
         [paired_claim(f"n={n}", f"{n} labelled", *_paired(c1("pretrained", n, "per_greedy"),
                                                           c1("scratch", n, "per_greedy")), higher_is_better=False)
-         for n in labelled], evidence="greedy PER, pretrained vs scratch"))
+         for n in small], evidence="greedy PER, pretrained vs scratch"))
+    src = _seeds(rows, "per_greedy", experiment="C1-sources", pretraining="target + monkey")
+    if src:
+        n0 = labelled[0]
+        claims.append(paired_claim(
+            "C1_other_participants_help",
+            f"C1: at {n0} labelled sentences, adding the other participants to pretraining lowers PER vs pretraining "
+            "on the target participant's sessions (+ monkey) alone", *_paired(c1("pretrained", n0, "per_greedy"), src),
+            higher_is_better=False, evidence="greedy PER, pretrained with vs without the other participants"))
     gains = {n: {s: c1("scratch", n, "per_greedy")[s] - c1("pretrained", n, "per_greedy")[s]
                  for s in c1("scratch", n, "per_greedy")} for n in labelled}
     claims.append(_all_of(
@@ -157,7 +170,8 @@ class Bench:
                                      test_per_session=args.test_per_session, imagined_sessions=args.imagined_sessions,
                                      imagined_per_session=args.imagined_per_session,
                                      monkey_sessions=args.monkey_sessions, monkey_trials=args.monkey_trials,
-                                     alpha=args.alpha),
+                                     alpha=args.alpha, other_participants=args.other_participants,
+                                     other_sessions=args.other_sessions, other_per_session=args.other_per_session),
             train=dataclasses.replace(base.train, pretrain_steps=args.pretrain_steps,
                                       finetune_steps=args.finetune_steps, batch_size=args.batch_size),
             decode=dataclasses.replace(base.decode, word_beam=args.word_beam))
@@ -167,9 +181,10 @@ class Bench:
         self.data = train.build_data(self.cfg, self.raw / "sim")
         self.sim_seconds = time.time() - t0
         print(f"simulated in {self.sim_seconds:.0f}s: train {len(self.data['train']['x'])}, test "
-              f"{len(self.data['test']['x'])}, pretrain {len(self.data['pretrain_human']['x'])} human", flush=True)
+              f"{len(self.data['test']['x'])}, pretrain {len(self.data['pretrain_target']['x'])} target + "
+              f"{self.data['other_pretrain_count']} other participants; oracle {self.data['oracle']}", flush=True)
         self._stratify_labelled(args.valid)
-        self.num_sessions = self.cfg.data.sessions + self.cfg.data.monkey_sessions
+        self.num_sessions = self.data["num_sessions"]
         self.graphdef, _ = train.init_model(self.cfg, self.num_sessions, jax.random.key(0))
         self.seeds = jnp.arange(args.seeds)
         self.table = phone_lm_table()
@@ -178,13 +193,19 @@ class Bench:
         self.speed = {}
         self._pretrain_fn = self._finetune_fn = None
         self.train_dev = train.device_arrays(self.data["train"])
+        monkey = train.monkey_arrays(self.cfg, self.cfg.data.alpha)
         monkey0 = train.monkey_arrays(self.cfg, 0.0)
-        human = self.data["pretrain_human"]
-        self.pre_sets = {"all": (self.data["pretrain"], len(self.data["pretrain"]["x"])),
-                         "monkey_alpha0": (train.concat(human, monkey0), len(self.data["pretrain"]["x"])),
-                         "human": (train.concat(human, {k: np.zeros_like(v[:len(self.data["pretrain"]["x"])
-                                                                           - len(human["x"])])
-                                                        for k, v in human.items()}), len(human["x"]))}
+        human, target = self.data["pretrain_human"], self.data["pretrain_target"]
+        total = len(self.data["pretrain"]["x"])
+
+        def padded(arrays):  # every pretraining set has the same row count (one compile); rows past n unused
+            return (train.concat(arrays, {k: np.zeros_like(v[:total - len(arrays["x"])]) for k, v in arrays.items()}),
+                    len(arrays["x"]))
+
+        self.pre_sets = {"all": (self.data["pretrain"], total),
+                         "monkey_alpha0": (train.concat(human, monkey0), total),
+                         "human": padded(human),
+                         "target_monkey": padded(train.concat(target, monkey))}
 
     def _stratify_labelled(self, valid: int):
         """Reorder the labelled training rows so that the first n of them (a fine-tuning set) spread evenly over
@@ -217,9 +238,7 @@ class Bench:
         t = self.cfg.train
         if self._pretrain_fn is None:
             tx = train.make_optimizer(t.pretrain_lr, t.pretrain_steps, t.warmup, t.weight_decay)
-            mask = np.ones((self.num_sessions, train.NUM_COUNTS), np.float32)
-            mask[self.cfg.data.sessions:, self.cfg.sim.monkey_channels:] = 0.0
-            loss_fn = losses.make_pretrain_loss(self.cfg, self.graphdef, jnp.asarray(mask))
+            loss_fn = losses.make_pretrain_loss(self.cfg, self.graphdef, jnp.asarray(self.data["channel_mask"]))
             run = train.make_scan_train(loss_fn, tx, steps=t.pretrain_steps, batch_size=t.batch_size)
             self._pretrain_fn = jax.jit(jax.vmap(
                 lambda s, a, n: run(self.init_traced(s), jax.random.fold_in(jax.random.key(7), s), a, n),
@@ -304,6 +323,9 @@ def main(argv=None):
     ap.add_argument("--monkey-sessions", type=int, default=2)
     ap.add_argument("--monkey-trials", type=int, default=150)
     ap.add_argument("--alpha", type=float, default=0.7)
+    ap.add_argument("--other-participants", type=int, default=4)
+    ap.add_argument("--other-sessions", type=int, default=8)
+    ap.add_argument("--other-per-session", type=int, default=100)
     ap.add_argument("--labelled", type=int, nargs="+", default=[50, 200, 1000])
     ap.add_argument("--pretrain-steps", type=int, default=400)
     ap.add_argument("--finetune-steps", type=int, default=300)
@@ -313,7 +335,7 @@ def main(argv=None):
                     help="VALID labelled sentences, the last VALID / sessions of every session (never fine-tuned "
                          "on), tune the cascade's LM weight and word score")
     ap.add_argument("--word-test", type=int, default=48)
-    ap.add_argument("--stages", nargs="+", default=["c1", "c2"])
+    ap.add_argument("--stages", nargs="+", default=["c1", "sources", "c2"])
     ap.add_argument("--raw-dir", default="/tmp/bit_cascade_bench")
     ap.add_argument("--claims-from-rows", action="store_true",
                     help="recompute the claims (and the README table) from the rows in the committed JSON; command, "
@@ -365,8 +387,17 @@ def main(argv=None):
         out["monkey_alpha0"] = [b.evaluate(params, s, words=False, imagined=False) for s in range(args.seeds)]
         return out
 
-    tag = f"s{args.seeds}_n{args.sessions}x{args.per_session}_p{args.pretrain_steps}_f{args.finetune_steps}"
-    for stage, fn in (("c1", stage_c1), ("c2", stage_c2)):
+    n_small = min(args.labelled)
+
+    def stage_sources():  # C1 without the other participants: the target's own sessions + monkey
+        p_t, _ = b.pretrain("target_monkey", *b.pre_sets["target_monkey"])
+        params, _ = b.finetune(f"target_monkey_{n_small}", n_small, p_t)
+        return {"target_monkey": [b.evaluate(params, s, words=False, imagined=False) for s in range(args.seeds)]}
+
+    # the cache key: the whole config and the script's own arguments (a changed simulator never reuses a stage)
+    key = hashlib.sha256((repr(b.cfg) + repr(sorted(vars(args).items()))).encode()).hexdigest()[:10]
+    tag = f"s{args.seeds}_n{args.sessions}x{args.per_session}_{key}"
+    for stage, fn in (("c1", stage_c1), ("sources", stage_sources), ("c2", stage_c2)):
         if stage in args.stages:
             results[stage] = cached(raw / f"{stage}_{tag}.json", fn)
             write(args, b, results, t_start, c2n)
@@ -401,6 +432,13 @@ def write(args, b, results, t_start, c2n):
             pc = c1["pretrain_curve_all"]
             line_plot(RESULTS_DIR / f"{NAME}_pretrain_loss.png", {"masked Poisson NLL": (list(range(len(pc))), pc)},
                       title="Pretraining loss (mean over seeds)", xlabel="step", ylabel="loss")
+    src = results.get("sources")
+    if src and c1:
+        n_small = min(args.labelled)
+        summary[f"sources_target_monkey_{n_small}"] = {"per_greedy": stats([r["per_greedy"]
+                                                                            for r in src["target_monkey"]])}
+        rows += [{"experiment": "C1-sources", "pretraining": "target + monkey", "labelled": n_small, "seed": i, **r}
+                 for i, r in enumerate(src["target_monkey"])]
     c2 = results.get("c2")
     if c2 and c1:
         hum = stats([r["per_greedy"] for r in c2["human"]])
@@ -412,13 +450,23 @@ def write(args, b, results, t_start, c2n):
     scale = {k: getattr(args, k) for k in ("seeds", "sessions", "per_session", "test_per_session",
                                            "imagined_sessions", "imagined_per_session", "monkey_sessions",
                                            "monkey_trials", "alpha", "labelled", "pretrain_steps", "finetune_steps",
-                                           "batch_size", "word_beam", "word_test", "valid")}
+                                           "batch_size", "word_beam", "word_test", "valid", "other_participants",
+                                           "other_sessions", "other_per_session")}
+    t, sim = b.cfg.train, b.cfg.sim
+    scale.update(pretrain_lr=t.pretrain_lr, finetune_lr=t.lr, pretrain_features=t.pretrain_features,
+                 recon_loss=t.recon_loss, sim_gain=sim.gain, sim_tuned_fraction=sim.tuned_fraction,
+                 sim_rate_hz=list(sim.rate_hz), oracle=b.data["oracle"],
+                 oracle_note="simulate.rate_oracle on the target participant's test trials: Poisson NLL per live "
+                             "channel-bin (nats, log y! included) under the true rates vs the best constant rate per "
+                             "channel and block")
     m = b.cfg.model
     scale.update(model=f"d {m.d_model}, {m.num_layers} layers, {m.num_heads} heads, MLP {m.mlp_dim}, patch {m.patch}, "
                        f"CTC upsample {m.ctc_upsample}", simulate_seconds=b.sim_seconds,
                  issue_acceptance="C1-C4 over 3 seeds within 60 min on this machine",
                  reductions=f"d {m.d_model} x {m.num_layers} layers (notes: d 128 x 4), {args.sessions} sessions x "
-                            f"{args.per_session} sentences (notes: 12 x 200), a few hundred steps per stage")
+                            f"{args.per_session} sentences (notes: 12 x 200) + {args.other_participants} other "
+                            f"participants x {args.other_sessions} x {args.other_per_session}, a few hundred steps "
+                            "per stage")
     claims = claims_from_rows(rows, scale)
     path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start, scale=scale,
                          speed=b.speed, summary=summary,
@@ -430,11 +478,21 @@ def write(args, b, results, t_start, c2n):
 def render(path: pathlib.Path):
     rec = json.loads(path.read_text())
     su, sc = rec["summary"], rec["scale"]
-    lines = [f"Simulator, {sc['seeds']} seeds, {sc['sessions']} sessions x {sc['per_session']} sentences, "
-             f"{sc['model']}; pretraining {sc['pretrain_steps']} steps, fine-tuning {sc['finetune_steps']} steps "
-             f"(batch {sc['batch_size']}). Mean ± sd over seeds, in %. Wall {rec['wall_seconds']:.0f} s.", "",
-             "| init | labelled | PER greedy | PER phone-LM beam | WER cascade | WER greedy + lexicon | PER imagined |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"Simulator, {sc['seeds']} seeds; target participant {sc['sessions']} sessions x {sc['per_session']} "
+             f"sentences; pretraining pool + {sc.get('other_participants', 0)} other participants x "
+             f"{sc.get('other_sessions', 0)} sessions x {sc.get('other_per_session', 0)} sentences + "
+             f"{sc['monkey_sessions']} monkey sessions; {sc['model']}; pretraining {sc['pretrain_steps']} steps "
+             f"(lr {sc.get('pretrain_lr', '?')}, {sc.get('pretrain_features', 'tx+sbp')} input), fine-tuning "
+             f"{sc['finetune_steps']} steps (batch {sc['batch_size']}). Mean ± sd over seeds, in %. "
+             f"Wall {rec['wall_seconds']:.0f} s.", ""]
+    if "oracle" in sc:
+        o = sc["oracle"]
+        lines += [f"Oracle check (simulator gain {sc['sim_gain']:g}): held-out counts' Poisson NLL "
+                  f"{o['true_rate_nll']:.4f} nats per channel-bin under the true rates vs {o['constant_rate_nll']:.4f} "
+                  f"under the best constant rate per channel and block: relative gain {100 * o['relative_gain']:.1f} %,"
+                  f" {o['bits_per_spike']:.2f} bits/spike (mean count {o['mean_count']:.2f} per bin).", ""]
+    lines += ["| init | labelled | PER greedy | PER phone-LM beam | WER cascade | WER greedy + lexicon "
+              "| PER imagined |", "|---|---|---|---|---|---|---|"]
     for key, st in su.items():
         if key.startswith(("scratch_", "pretrained_")):
             init, n = key.split("_")
@@ -445,6 +503,10 @@ def render(path: pathlib.Path):
                        ("c2_monkey_alpha0", "C2 human + monkey alpha=0")):
         if key in su:
             lines.append(f"| {label} | {sc['labelled'][len(sc['labelled']) // 2]} | "
+                         f"{fmt(su[key]['per_greedy'])} | | | | |")
+    for key in su:
+        if key.startswith("sources_target_monkey_"):
+            lines.append(f"| C1 pretraining without the other participants | {key.rsplit('_', 1)[1]} | "
                          f"{fmt(su[key]['per_greedy'])} | | | | |")
     tuned = [r for r in rec["rows"] if r.get("experiment") == "C1" and "word_lm_weight" in r]
     if tuned:
