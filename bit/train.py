@@ -160,49 +160,67 @@ def make_word_decoder(config: Config, lm_text: list[str], workdir: str | pathlib
                                         word_score=dc.word_score, sil_score=dc.sil_score)
 
 
+def train_encoder(config: Config, data: Mapping[str, Any], workdir: str | pathlib.Path, *, seed: int,
+                  pretrain: bool = True, finetune: bool = True, stage_dirs: tuple[str, str] = ("pretrain", "finetune"),
+                  fingerprint: Any = None, progress_bar: bool = True) -> tuple[nnx.GraphDef, Any, dict[str, list]]:
+    """The encoder's stages through core.train.fit, each in its own folder under `workdir` (checkpoints,
+    metrics.jsonl; a rerun resumes, a finished stage is restored): span-masked reconstruction on
+    `data["pretrain"]`, then phoneme CTC on the first `data.labelled` sentences of `data["train"]`. Returns
+    (graphdef, params, the logged records per stage). `fingerprint`: what the checkpoints are tied to (default
+    the whole config)."""
+    from core.data import ArrayLoader
+
+    workdir, t = pathlib.Path(workdir), config.train
+    fingerprint = config if fingerprint is None else fingerprint
+    k_init, k_pre, k_ft = jax.random.split(jax.random.key(seed), 3)
+    graphdef, params = init_model(config, data["num_sessions"], k_init)
+    records: dict[str, list] = {}
+    if pretrain:
+        tx = make_optimizer(t.pretrain_lr, t.pretrain_steps, t.warmup, t.weight_decay)
+        loss_fn = make_pretrain_loss(config, graphdef, jnp.asarray(data["channel_mask"]))
+        loader = ArrayLoader({k: data["pretrain"][k] for k in BATCH_KEYS}, t.batch_size, seed=seed)
+        state = core_train.init_train_state(params, tx, k_pre)
+        state, records["pretrain"] = core_train.fit(
+            state, core_train.make_train_step(loss_fn, tx), loader, num_steps=t.pretrain_steps,
+            workdir=workdir / stage_dirs[0], config=fingerprint, log_every=min(t.log_every, t.pretrain_steps),
+            ckpt_every=t.pretrain_steps, progress_bar=progress_bar)
+        params = state.params
+    if finetune:
+        n_lab = min(config.data.labelled, len(data["train"]["x"]))
+        tx = make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
+        loader = ArrayLoader({k: v[:n_lab] for k, v in data["train"].items() if k in BATCH_KEYS},
+                             min(t.batch_size, n_lab), seed=seed)
+        state = core_train.init_train_state(params, tx, k_ft)
+        state, records["finetune"] = core_train.fit(
+            state, core_train.make_train_step(make_ctc_loss(config, graphdef), tx), loader,
+            num_steps=t.finetune_steps, workdir=workdir / stage_dirs[1], config=fingerprint,
+            log_every=min(t.log_every, t.finetune_steps), ckpt_every=t.finetune_steps, progress_bar=progress_bar)
+        params = state.params
+    return graphdef, params, records
+
+
 def run(config: Config, workdir: pathlib.Path) -> dict[str, Any]:
     """`iclr26 run bit`: simulate, pretrain (span-masked Poisson NLL), fine-tune (CTC), decode the test set."""
     from bit.decode import phone_lm_table
-    from core.data import ArrayLoader
     from core.plots import line_plot
 
     workdir = pathlib.Path(workdir)
     t_start = time.time()
     data = build_data(config, workdir)
-    t = config.train
-    key = jax.random.key(t.seed)
-    k_init, k_pre, k_ft = jax.random.split(key, 3)
-    graphdef, params = init_model(config, data["num_sessions"], k_init)
-    curves = {}
-    pre_records: list[dict] = []
-    if config.pretrain:
-        tx = make_optimizer(t.pretrain_lr, t.pretrain_steps, t.warmup, t.weight_decay)
-        loss_fn = make_pretrain_loss(config, graphdef, jnp.asarray(data["channel_mask"]))
-        loader = ArrayLoader({k: data["pretrain"][k] for k in BATCH_KEYS}, t.batch_size, seed=t.seed)
-        state = core_train.init_train_state(params, tx, k_pre)
-        state, pre_records = core_train.fit(state, core_train.make_train_step(loss_fn, tx), loader,
-                                            num_steps=t.pretrain_steps, workdir=workdir / "pretrain", config=config,
-                                            log_every=t.log_every, ckpt_every=t.pretrain_steps)
-        params = state.params
-        curves["pretrain (Poisson NLL)"] = ([r["step"] for r in pre_records], [r["loss"] for r in pre_records])
+    graphdef, params, records = train_encoder(config, data, workdir, seed=config.train.seed,
+                                              pretrain=config.pretrain)
     n_lab = min(config.data.labelled, len(data["train"]["x"]))
-    tx = make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
-    loader = ArrayLoader({k: v[:n_lab] for k, v in data["train"].items() if k in BATCH_KEYS},
-                         min(t.batch_size, n_lab), seed=t.seed)
-    state = core_train.init_train_state(params, tx, k_ft)
-    state, ft_records = core_train.fit(state, core_train.make_train_step(make_ctc_loss(config, graphdef), tx), loader,
-                                       num_steps=t.finetune_steps, workdir=workdir / "finetune", config=config,
-                                       log_every=t.log_every, ckpt_every=t.finetune_steps)
-    curves["fine-tune (CTC)"] = ([r["step"] for r in ft_records], [r["loss"] for r in ft_records])
+    names = {"pretrain": "pretrain (Poisson NLL)", "finetune": "fine-tune (CTC)"}
+    curves = {names[k]: ([r["step"] for r in v], [r["loss"] for r in v]) for k, v in records.items()}
     line_plot(workdir / "losses.png", curves, title="BIT training losses", xlabel="step", ylabel="loss", logy=True)
     logprobs = make_logprobs(config, graphdef)
-    lp, frames = logprobs(state.params, data["test"])
+    lp, frames = logprobs(params, data["test"])
     lexicon, word_decoder = make_word_decoder(config, data["lm_text"], workdir)
     ev = evaluate(config, lp, frames, data["test"], data["test_text"], table=phone_lm_table(),
                   word_decoder=word_decoder, lexicon=lexicon)
     result = {k: v for k, v in ev.items() if not k.endswith("_hyps")}
     if "imagined_test" in data:
-        lp_i, fr_i = logprobs(state.params, data["imagined_test"])
+        lp_i, fr_i = logprobs(params, data["imagined_test"])
         ev_i = evaluate(config, lp_i, fr_i, data["imagined_test"], data["imagined_text"], table=None)
         result["imagined_per_greedy"] = ev_i["per_greedy"]
     print(f"\nBIT {'pretrained' if config.pretrain else 'from scratch'}, {n_lab} labelled sentences: "

@@ -32,7 +32,6 @@ from bit.e2e.configs import Config
 from bit.e2e.losses import Layout, lora_config, make_e2e_loss, make_speech_loss
 from bit.e2e.metrics import wer_scores
 from bit.e2e.model import Bridge, assemble, patch_mask, pooled
-from bit.losses import make_ctc_loss, make_pretrain_loss
 from core import train as core_train
 from core.config import ConfigError
 from core.data import ArrayLoader
@@ -165,30 +164,15 @@ def _speech_stage(config, tok, lm_config, graphdef, params, lm_text, workdir, ke
 
 def neural_encoder(config: Config, data: dict, workdir: pathlib.Path, *, seed: int,
                    progress_bar: bool = True) -> NeuralEncoder:
-    """BIT's encoder for `e2e.encoder_init`: SSL then CTC ("pretrained"), CTC only ("ctc") or random ("scratch")."""
-    base, init = config.base, config.e2e.encoder_init
-    t = base.train
-    k_init, k_ssl, k_ctc = jax.random.split(jax.random.key(seed), 3)
-    graphdef, params = cascade_train.init_model(base, data["num_sessions"], k_init)
-    records: dict[str, list[dict]] = {}
-    keys = cascade_train.BATCH_KEYS
-    if init == "pretrained":
-        tx = cascade_train.make_optimizer(t.pretrain_lr, t.pretrain_steps, t.warmup, t.weight_decay)
-        loss = make_pretrain_loss(base, graphdef, jnp.asarray(data["channel_mask"]))
-        params, records["encoder_ssl"] = _fit(params, tx, loss, {k: data["pretrain"][k] for k in keys},
-                                              steps=t.pretrain_steps, batch_size=t.batch_size,
-                                              workdir=workdir / "encoder_ssl", key=k_ssl,
-                                              config={"base": base, "stage": "ssl"},
-                                              log_every=t.log_every, progress_bar=progress_bar)
-    if init in ("pretrained", "ctc"):
-        n = labelled_count(config, data)
-        tx = cascade_train.make_optimizer(t.lr, t.finetune_steps, t.warmup, t.weight_decay)
-        params, records["encoder_ctc"] = _fit(params, tx, make_ctc_loss(base, graphdef),
-                                              {k: data["train"][k][:n] for k in keys}, steps=t.finetune_steps,
-                                              batch_size=t.batch_size, workdir=workdir / "encoder_ctc", key=k_ctc,
-                                              config={"base": base, "stage": "ctc", "after_ssl": init == "pretrained"},
-                                              log_every=t.log_every, progress_bar=progress_bar)
-    return NeuralEncoder(graphdef, params, records)
+    """BIT's encoder for `e2e.encoder_init`: SSL then CTC ("pretrained"), CTC only ("ctc") or random ("scratch"),
+    through the cascade's stages (`bit.train.train_encoder`) in `encoder_ssl/` and `encoder_ctc/`."""
+    init = config.e2e.encoder_init
+    graphdef, params, records = cascade_train.train_encoder(
+        config.base, data, workdir, seed=seed, pretrain=init == "pretrained", finetune=init != "scratch",
+        stage_dirs=("encoder_ssl", "encoder_ctc"), fingerprint={"base": config.base, "encoder_init": init},
+        progress_bar=progress_bar)
+    names = {"pretrain": "encoder_ssl", "finetune": "encoder_ctc"}
+    return NeuralEncoder(graphdef, params, {names[k]: v for k, v in records.items()})
 
 
 def labelled_count(config: Config, data: dict) -> int:
