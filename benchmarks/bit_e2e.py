@@ -46,11 +46,13 @@ ARMS = {
     "no_contrastive": ("pretrained", 0.0, "speech"),
     "no_pretraining": ("scratch", 1.0, "speech"),
     "prior_recipe": ("scratch", 0.0, "speech"),
+    "ctc_encoder": ("ctc", 1.0, "speech"),
     "text_lm": ("pretrained", 1.0, "text"),
     "text_lm_large": ("pretrained", 1.0, "text_large"),
 }
 LABELS = {"bit": "BIT (pretrained encoder + InfoNCE, speech LM)", "no_contrastive": "- InfoNCE",
           "no_pretraining": "- pretrained encoder", "prior_recipe": "prior recipe (neither)",
+          "ctc_encoder": "encoder CTC-trained only (no SSL)",
           "text_lm": "text-only LM, same size", "text_lm_large": "text-only LM, larger"}
 
 
@@ -60,8 +62,9 @@ def base_config(args) -> configs.Config:
     b = dataclasses.replace(
         b, data=dataclasses.replace(b.data, sessions=args.sessions, sentences_per_session=args.per_session,
                                     test_per_session=args.test_per_session, imagined_sessions=args.imagined_sessions,
-                                    imagined_per_session=args.imagined_per_session, monkey_sessions=0,
-                                    labelled=args.labelled, lm_sentences=args.lm_sentences),
+                                    imagined_per_session=args.imagined_per_session,
+                                    monkey_sessions=args.monkey_sessions, monkey_trials=args.monkey_trials,
+                                    alpha=args.alpha, labelled=args.labelled, lm_sentences=args.lm_sentences),
         train=dataclasses.replace(b.train, pretrain_steps=args.pretrain_steps, finetune_steps=args.finetune_steps))
     lm = dataclasses.replace(c.lm, text_steps=args.lm_text_steps, speech_steps=args.lm_speech_steps)
     return dataclasses.replace(c, base=b, lm=lm, e2e=dataclasses.replace(c.e2e, steps=args.e2e_steps))
@@ -121,6 +124,9 @@ def main(argv=None):
     ap.add_argument("--test-per-session", type=int, default=10)
     ap.add_argument("--imagined-sessions", type=int, default=4)
     ap.add_argument("--imagined-per-session", type=int, default=30)
+    ap.add_argument("--monkey-sessions", type=int, default=2)
+    ap.add_argument("--monkey-trials", type=int, default=150)
+    ap.add_argument("--alpha", type=float, default=0.7)
     ap.add_argument("--labelled", type=int, default=1024)
     ap.add_argument("--lm-sentences", type=int, default=20000)
     ap.add_argument("--lm-text-steps", type=int, default=1000)
@@ -157,7 +163,7 @@ def main(argv=None):
         lms[which] = e2e.language_model(lm_config(config, which, args), data["lm_text"], raw / f"lm_{which}", seed=0)
         print(f"LM {which}: {time.time() - t0:.0f} s", flush=True)
     encoders = {}
-    for init in ("pretrained", "scratch"):
+    for init in sorted({a[0] for a in ARMS.values()}):
         c = dataclasses.replace(config, e2e=dataclasses.replace(config.e2e, encoder_init=init))
         encoders[init] = [e2e.neural_encoder(c, data, raw / f"encoder_{init}_s{s}", seed=s) for s in seeds]
     rows = []
@@ -242,6 +248,8 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
               "bit", "no_contrastive")
     lower_wer("e2e_beats_no_pretraining", "... and lower than the InfoNCE term with a random encoder", "bit",
               "no_pretraining")
+    lower_wer("ssl_lowers_e2e_wer", "The encoder's self-supervised pretraining (before CTC) lowers end-to-end WER "
+              "against an encoder trained with CTC alone", "bit", "ctc_encoder")
     lower_wer("speech_lm_beats_text_lm", "The speech-pretrained small LM gives lower end-to-end WER than a text-only "
               "LM of the same size (trained as many steps)", "bit", "text_lm")
     lower_wer("speech_lm_beats_larger_text_lm", "The speech-pretrained small LM gives lower end-to-end WER than a "
@@ -302,10 +310,10 @@ def write(args, rows, speed, t_start, pairs):
     if casc:
         summary["cascade"] = {k: stats([r[k] for r in casc]) for k in ("wer_cascade", "per_greedy",
                                                                        "wer_greedy_lexicon")}
-    scale = {k: getattr(args, k) for k in ("seeds", "sessions", "per_session", "test_per_session", "imagined_sessions",
-                                           "labelled", "lm_sentences", "lm_text_steps", "lm_speech_steps",
-                                           "large_hidden", "large_layers", "pretrain_steps", "finetune_steps",
-                                           "e2e_steps")}
+    scale = {k: getattr(args, k) for k in (
+        "seeds", "sessions", "per_session", "test_per_session", "imagined_sessions", "monkey_sessions", "monkey_trials",
+        "alpha", "labelled", "lm_sentences", "lm_text_steps", "lm_speech_steps", "large_hidden", "large_layers",
+        "pretrain_steps", "finetune_steps", "e2e_steps")}
     c = base_config(args)
     scale.update(pairs=len(pairs["texts"]), encoder=f"d {c.base.model.d_model} x {c.base.model.num_layers} layers",
                  lm=f"{c.lm.num_layers} x {c.lm.hidden_size} (Qwen2-style, tied, BPE {c.lm.vocab_size})",
