@@ -40,7 +40,7 @@ from core.results import RESULTS_DIR, check, interval_claim, paired_claim, write
 README = ROOT / "bit" / "README.md"
 NAME = "bit_e2e"
 
-# arm: (encoder init, InfoNCE weight, language model)
+# arm: (encoder init, InfoNCE weight, language model[, other e2e settings])
 ARMS = {
     "bit": ("pretrained", 1.0, "speech"),
     "no_contrastive": ("pretrained", 0.0, "speech"),
@@ -49,11 +49,15 @@ ARMS = {
     "ctc_encoder": ("ctc", 1.0, "speech"),
     "text_lm": ("pretrained", 1.0, "text"),
     "text_lm_large": ("pretrained", 1.0, "text_large"),
+    # the InfoNCE given a further chance: its text side without the shared prompt, or a tenth of the weight
+    "bit_nce_sentence": ("pretrained", 1.0, "speech", {"contrastive_text": "sentence"}),
+    "bit_nce_0.1": ("pretrained", 0.1, "speech"),
 }
 LABELS = {"bit": "BIT (pretrained encoder + InfoNCE, speech LM)", "no_contrastive": "- InfoNCE",
           "no_pretraining": "- pretrained encoder", "prior_recipe": "prior recipe (neither)",
           "ctc_encoder": "encoder CTC-trained only (no SSL)",
-          "text_lm": "text-only LM, same size", "text_lm_large": "text-only LM, larger"}
+          "text_lm": "text-only LM, same size", "text_lm_large": "text-only LM, larger",
+          "bit_nce_sentence": "BIT, InfoNCE on the sentence only (no prompt)", "bit_nce_0.1": "BIT, InfoNCE weight 0.1"}
 
 
 def base_config(args) -> configs.Config:
@@ -82,9 +86,10 @@ def lm_config(config: configs.Config, which: str, args) -> configs.Config:
 
 
 def arm_config(config: configs.Config, arm: str, args) -> configs.Config:
-    init, weight, which = ARMS[arm]
+    init, weight, which, *extra = ARMS[arm]
     c = lm_config(config, which, args)
-    return dataclasses.replace(c, e2e=dataclasses.replace(c.e2e, encoder_init=init, contrastive_weight=weight))
+    return dataclasses.replace(c, e2e=dataclasses.replace(c.e2e, encoder_init=init, contrastive_weight=weight,
+                                                          **(extra[0] if extra else {})))
 
 
 def cached(path: pathlib.Path, fn):
@@ -138,6 +143,9 @@ def main(argv=None):
     ap.add_argument("--e2e-steps", type=int, default=2000)
     ap.add_argument("--arms", nargs="+", default=list(ARMS))
     ap.add_argument("--raw-dir", default="/tmp/bit_e2e_bench")
+    ap.add_argument("--prior-wall-seconds", type=float, default=0.0,
+                    help="wall seconds of an earlier invocation whose cached stages this one reuses (added to "
+                         "wall_seconds and recorded in the scale)")
     ap.add_argument("--claims-from-rows", action="store_true",
                     help="recompute the claims and the README table from the committed JSON's rows")
     args = ap.parse_args(argv)
@@ -187,7 +195,7 @@ def main(argv=None):
     speed = {}
     for arm in args.arms:
         c = arm_config(config, arm, args)
-        init, _, which = ARMS[arm]
+        init, _, which, *_ = ARMS[arm]
 
         def run_arm(arm=arm, c=c, init=init, which=which):
             t0 = time.time()
@@ -248,6 +256,12 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
               "bit", "no_contrastive")
     lower_wer("e2e_beats_no_pretraining", "... and lower than the InfoNCE term with a random encoder", "bit",
               "no_pretraining")
+    lower_wer("pretrained_encoder_beats_random_without_nce", "Without the InfoNCE term too, the pretrained encoder "
+              "gives lower WER than a random one", "no_contrastive", "prior_recipe")
+    lower_wer("nce_sentence_beats_no_contrastive", "The InfoNCE term with its text side on the sentence alone (not the "
+              "shared prompt) lowers WER against no contrastive term", "bit_nce_sentence", "no_contrastive")
+    lower_wer("nce_weight_0.1_beats_no_contrastive", "The InfoNCE term at a tenth of the weight lowers WER against no "
+              "contrastive term", "bit_nce_0.1", "no_contrastive")
     lower_wer("ssl_lowers_e2e_wer", "The encoder's self-supervised pretraining (before CTC) lowers end-to-end WER "
               "against an encoder trained with CTC alone", "bit", "ctc_encoder")
     lower_wer("speech_lm_beats_text_lm", "The speech-pretrained small LM gives lower end-to-end WER than a text-only "
@@ -330,7 +344,9 @@ def write(args, rows, speed, t_start, pairs):
         bars["n-gram cascade"] = summary["cascade"]["wer_cascade"]
     bar_plot(RESULTS_DIR / f"{NAME}_wer.png", {k: v[0] for k, v in bars.items()}, {k: v[1] for k, v in bars.items()},
              title="test WER (beam; mean ± sd over seeds)", ylabel="WER")
-    path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start, scale=scale,
+    scale["prior_wall_seconds"] = args.prior_wall_seconds
+    path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t_start + args.prior_wall_seconds,
+                         scale=scale,
                          summary=summary, train_seconds=speed)
     render(path)
     print(f"wrote {path}", flush=True)
@@ -365,7 +381,7 @@ def render(path: pathlib.Path):
                      f"(chance {100 / raw['pairs']:.1f} %)")
     untrained = next((r for r in rec["rows"] if "retrieval_untrained_bridge" in r), None)
     if untrained:
-        notes.append(f"through a fresh, untrained projector and head on the CTC encoder "
+        notes.append(f"through a fresh, untrained projector and head on the trained (SSL + CTC) encoder "
                      f"{100 * untrained['retrieval_untrained_bridge']:.1f} %")
     if lat:
         notes.append("latency per sentence, one at a time on 2 CPU cores: end to end "
@@ -373,15 +389,17 @@ def render(path: pathlib.Path):
                      f"{1000 * lat['latency_e2e_beam_s']:.0f} ms beam, cascade "
                      f"{1000 * lat['latency_cascade_s']:.0f} ms (paper: 0.95 s vs 0.24 s on a GPU with a 1.5B LM)")
     if notes:
-        lines += ["", "; ".join(notes).capitalize() + "."]
+        text = "; ".join(notes)
+        lines += ["", text[0].upper() + text[1:] + "."]
 
     def verdict(c):
         if c.get("kind") == "check":
             return "check: passed" if c["held"] else "**check failed**"
         return {True: "**held**", False: "**not held**", None: "**inconclusive**"}[c["held"]]
 
-    lines += ["", "Claims (paired over seeds; effect = mean paired difference with its 95% t-interval, WER as "
-              "fractions):", "", "| claim | result | n | effect [interval] |", "|---|---|---|---|"]
+    lines += ["", "Claims (over seeds, 95% t-intervals, WER and retrieval as fractions; effect = the mean paired "
+              "difference, or for a claim against a fixed level the mean itself):", "",
+              "| claim | result | n | effect [interval] |", "|---|---|---|---|"]
     for c in rec["claims"]:
         st = "" if c.get("kind") == "check" else \
             f"{c['effect']:.4g} [{', '.join('–' if v is None else f'{v:.4g}' for v in c['interval'])}]"
