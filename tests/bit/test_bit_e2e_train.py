@@ -24,9 +24,8 @@ from core.sharding import batch_sharding, make_mesh, replicate, replicated, shar
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """One tiny run, shared by the file and the resume test. Without the persistent compile cache: a CI worker
-    died (SIGSEGV inside XLA's compile, the cache on) in one of the few modules that used it, this the newest."""
+def tiny_run(tmp_path_factory, module_compile_cache):
+    """One tiny run; the rerun below loads the programs it compiled from the module's compile cache."""
     workdir = tmp_path_factory.mktemp("bit_e2e_tiny")
     return workdir, e2e_train.run(configs.tiny(), workdir)
 
