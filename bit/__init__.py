@@ -29,6 +29,7 @@ EXPERIMENT = [Experiment(
     title="BIT end to end: the pretrained encoder's tokens -> projector -> LoRA LM with InfoNCE alignment",
     presets=E2E_PRESETS,
     run=_run_e2e,
+    in_demo=False,  # five minutes on 2 cores (speech-LM pretraining, then end to end): run it by name
     runtimes={"tiny": "~1-2 min on 2 CPU cores", "demo": "~5 min on 2 CPU cores",
               "cpu": "benchmark base (benchmarks/bit_e2e.py)", "paper": "GPU; a local Qwen2.5-1.5B folder"},
 )]

@@ -326,8 +326,20 @@ def _enable_compile_cache(args: argparse.Namespace) -> None:
         enable_persistent_cache()
 
 
+def default_demo_jobs() -> int:
+    """Demos run at once by `iclr26 demo`: on CPU up to 4 (XLA compiles a program on one core, and a short
+    demo spends most of its time compiling, so a second process uses the idle core); 1 where an accelerator is
+    visible (each process would claim the whole GPU's memory, and a TPU opens in one process only). Decided
+    without starting JAX, whose first use in this process would itself claim the accelerator."""
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    if platforms and platforms != "cpu":
+        return 1
+    if not platforms and any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/accel0", "/dev/kfd", "/dev/vfio/0")):
+        return 1
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    _enable_compile_cache(args)
     experiments = _experiments()
     methods = [e for e in experiments.values() if e.paper is not None and e.in_demo]
     skipped = [e.name for e in experiments.values() if e.paper is not None and not e.in_demo]
@@ -341,31 +353,90 @@ def cmd_demo(args: argparse.Namespace) -> int:
         note = ("No paper's method has landed yet: the demo runs the built-in regression example, which "
                 "exercises the core scaffold (config, sharded jitted step, checkpoints, metrics, plots).")
         print(note + "\n")
+    if args.jobs is not None and args.jobs < 1:
+        raise CLIError(f"--jobs {args.jobs}: expected at least 1 demo at a time")
+    jobs = min(args.jobs or default_demo_jobs(), len(methods))
     root = _prepare_workdir(args.workdir)
-    summary = []
-    failed = []
-    for exp in methods:
-        print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {exp.demo_preset}",
-              flush=True)
-        start = time.perf_counter()
-        try:
-            metrics, workdir, seconds = run_experiment(exp.name, exp.demo_preset, [], root / exp.name)
-        except Exception as err:  # one broken demo must not hide the others; reported and exit status 1
-            traceback.print_exc()
-            failed.append(exp.name)
-            metrics, workdir, seconds = {"FAILED": f"{type(err).__name__}: {err}"}, root / exp.name, \
-                time.perf_counter() - start
-        summary.append({"experiment": exp.name, "paper": exp.paper, "title": exp.title,
-                        "preset": exp.demo_preset, "seconds": round(seconds, 1), "metrics": metrics,
-                        "workdir": str(workdir)})
-    (root / "summary.json").write_text(json.dumps({"note": note, "runs": summary}, indent=2, default=str) + "\n")
+    start = time.perf_counter()
+    if jobs > 1:
+        summary = _demos_in_processes(methods, root, args.preset, jobs, args.no_compile_cache)
+    else:
+        _enable_compile_cache(args)
+        summary = [_demo_in_process(exp, root, args.preset or exp.demo_preset) for exp in methods]
+    wall = round(time.perf_counter() - start, 1)
+    (root / "summary.json").write_text(json.dumps({"note": note, "jobs": jobs, "wall_seconds": wall,
+                                                   "runs": summary}, indent=2, default=str) + "\n")
     print()
     print(render_report(root))
-    print(f"\nwrote {root}/report.md")
+    print(f"\nthe whole demo: {wall:.0f} s, {jobs} at a time\nwrote {root}/report.md")
+    failed = [r["experiment"] for r in summary if "FAILED" in r["metrics"]]
     if failed:
-        print(f"iclr26: error: the demo of {', '.join(failed)} failed (traceback above)", file=sys.stderr)
+        print(f"iclr26: error: the demo of {', '.join(failed)} failed (its error above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _demo_record(exp: Any, preset: str, seconds: float, metrics: dict[str, Any], workdir: pathlib.Path
+                 ) -> dict[str, Any]:
+    return {"experiment": exp.name, "paper": exp.paper, "title": exp.title, "preset": preset,
+            "seconds": round(seconds, 1), "metrics": metrics, "workdir": str(workdir)}
+
+
+def _demo_in_process(exp: Any, root: pathlib.Path, preset: str) -> dict[str, Any]:
+    print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {preset}", flush=True)
+    start = time.perf_counter()
+    try:
+        metrics, workdir, seconds = run_experiment(exp.name, preset, [], root / exp.name)
+    except Exception as err:  # one broken demo must not hide the others; reported and exit status 1
+        traceback.print_exc()
+        metrics, workdir, seconds = ({"FAILED": f"{type(err).__name__}: {err}"}, root / exp.name,
+                                     time.perf_counter() - start)
+    return _demo_record(exp, preset, seconds, metrics, workdir)
+
+
+def _demos_in_processes(methods: Sequence[Any], root: pathlib.Path, preset: str | None, jobs: int,
+                        no_compile_cache: bool) -> list[dict[str, Any]]:
+    """Each demo as `iclr26 run NAME --preset P --workdir ROOT/NAME` in its own process, `jobs` at a time; a
+    demo's output goes to ROOT/NAME/demo.log (shown here when it fails). Records come back in `methods` order."""
+    import subprocess
+
+    import core
+    env = dict(os.environ)
+    package_root = str(pathlib.Path(core.__file__).resolve().parent.parent)  # the checkout or site-packages
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
+    pending, running, records = list(methods), {}, {}
+    print(f"running {len(methods)} demos, {jobs} at a time (each one's output: {root}/NAME/demo.log)", flush=True)
+    while pending or running:
+        while pending and len(running) < jobs:
+            exp = pending.pop(0)
+            exp_preset = preset or exp.demo_preset
+            workdir = _prepare_workdir(root / exp.name)
+            command = [sys.executable, "-m", "core.cli", "run", exp.name, "--preset", exp_preset,
+                       "--workdir", str(workdir)] + (["--no-compile-cache"] if no_compile_cache else [])
+            log = open(workdir / "demo.log", "w")  # noqa: SIM115 (closed when the process ends)
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL)
+            running[proc] = (exp, exp_preset, workdir, log, time.perf_counter())
+            print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {exp_preset}, "
+                  "started", flush=True)
+        time.sleep(0.1)
+        for proc in [p for p in running if p.poll() is not None]:
+            exp, exp_preset, workdir, log, started = running.pop(proc)
+            seconds = time.perf_counter() - started
+            log.close()
+            metrics_path = workdir / "metrics.json"
+            if proc.returncode == 0 and metrics_path.exists():
+                metrics = _read_json_object(metrics_path, "a run's metrics")
+                print(f"   {exp.name}: done in {seconds:.0f} s", flush=True)
+            else:
+                text = (workdir / "demo.log").read_text(errors="replace")
+                lines = [line for line in text.splitlines() if line.strip()]
+                reason = lines[-1].strip() if lines else f"exit status {proc.returncode}, no output"
+                metrics = {"FAILED": reason.removeprefix("iclr26: error: ")}
+                print(f"   {exp.name}: FAILED after {seconds:.0f} s; the end of {workdir / 'demo.log'}:\n"
+                      + "\n".join(lines[-20:]), file=sys.stderr, flush=True)
+            records[exp.name] = _demo_record(exp, exp_preset, seconds, metrics, workdir)
+    return [records[exp.name] for exp in methods]
 
 
 def _unknown(name: str):
@@ -503,6 +574,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", "-w", type=pathlib.Path, default=pathlib.Path("runs/demo"),
                    help="folder for the runs and report.md (default: runs/demo)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    p.add_argument("--preset", "-p", help="run this preset of every experiment (default: each one's demo preset; "
+                                          "e.g. tiny for a quick check of an install)")
+    p.add_argument("--jobs", "-j", type=int, metavar="N",
+                   help="demos run at once, each in its own process (default: up to 4 on CPU, the core count, "
+                        "1 where a GPU or TPU is visible; 1 runs them one after another in this process)")
     p.add_argument("--no-compile-cache", action="store_true",
                    help="do not use JAX's persistent compilation cache (default: on, in $ICLR26_COMPILE_CACHE or "
                         "~/.cache/iclr26-jax/xla; ICLR26_COMPILE_CACHE=off also turns it off)")

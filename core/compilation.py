@@ -74,6 +74,19 @@ def enable_persistent_cache(path: str | os.PathLike | None = None, *, min_compil
     return folder
 
 
+# XLA options for a program that runs once per run (parameter initialisation, a one-off set-up): its compile
+# time is all that counts, and XLA:CPU's optimisation passes dominate it. A conv net's jitted initialiser
+# compiles in 0.35-0.6 s with these against 1.0-2.1 s by default (deepfake_attack's models, idle 2 cores).
+RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def jit_run_once(fn: Any, **jit_kwargs: Any) -> Any:
+    """`jax.jit(fn)` compiled without XLA's optimisation passes, for a program that runs once (see
+    RUN_ONCE_OPTIONS); the values it computes are the same, only its run time may be longer."""
+    import jax
+    return jax.jit(fn, compiler_options=RUN_ONCE_OPTIONS, **jit_kwargs)
+
+
 _CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
                   "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
 

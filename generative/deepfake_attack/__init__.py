@@ -17,7 +17,7 @@ EXPERIMENT = Experiment(
     run=run,
     # measured after issue 39 on the 2 shared cores at a load average of about 5 (first run, compiles included)
     runtimes={"tiny": "not timed idle (the pipeline test runs it)",
-              "demo": "2 min 58 s (load average ~5, first run, compiles included)",
+              "demo": "~1-1.5 min idle with a cold compile cache (two readings, one defence; most of it compiling)",
               "bench": "see wall_seconds in benchmarks/results/deepfake_attack.json (3 seeds, loaded machine)",
               "paper": "hours on CPU", "faces64": "GPU; not run"},
 )

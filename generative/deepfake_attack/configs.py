@@ -2,7 +2,8 @@
 
 Presets:
 - `tiny`: scikit-learn's 8x8 digits resized to 16x16, a few dozen steps per model (tests; seconds).
-- `demo`: MNIST 28x28, every stage briefly, one defence, under 3 min (`iclr26 run deepfake_attack --preset demo`).
+- `demo`: MNIST 28x28, every stage briefly, two readings, one defence, about a minute
+  (`iclr26 run deepfake_attack --preset demo`).
 - `bench`: the committed benchmark (`benchmarks/deepfake_attack.py`): MNIST 28x28, 6 generators, 4
   attribution models, 5 defences, within 60 min on 2 CPU cores.
 - `faces64`: 64 px grayscale faces from a user-supplied folder (`--set data.folder=...`), for a GPU.
@@ -181,14 +182,17 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """`iclr26 run deepfake_attack --preset demo`: MNIST 28x28, every stage briefly (about half of it compiling),
-    one defence (blur); under 3 minutes on 2 idle cores."""
+    """`iclr26 run deepfake_attack --preset demo`: MNIST 28x28, every stage briefly (most of it compiling), two
+    of the three attack readings (additive and the paper's spectral gain; all three with
+    `--set attack.readings=additive,pixel_gain,spectral_gain`) and one defence (blur); about a minute on 2 idle
+    cores."""
     return Config(
         data=DataConfig(n_gm=1000, n_am=200, n_attack=300, n_eval=100),
         gen=GenConfig(gan_steps=60, vae_steps=60, made_steps=60, made_hidden=128, ddpm_steps=50,
                       ddpm_timesteps=10, fid_steps=100),
         am=AMConfig(steps=80, batch_size=64),
-        attack=AttackConfig(width=8, steps=40, universal_steps=30, surrogate_steps=60, batch_size=16, pseudo_gms=4,
+        attack=AttackConfig(readings=("additive", "spectral_gain"), width=8, steps=40, universal_steps=30,
+                            surrogate_steps=60, batch_size=16, pseudo_gms=4,
                             surrogate_width=8, pgd_steps=3, pgd_per_gm=20),
         defence=DefenceConfig(defences=("none", "blur"), dae_steps=50), eval_batch=200, grid_samples=8)
 

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from core.compilation import jit_run_once
+
 from . import ops
 
 act = jax.nn.leaky_relu
@@ -209,12 +211,12 @@ def split(module: nnx.Module):
 
 
 def init(ctor, key: jax.Array):
-    """(graphdef, params) of `ctor(rngs)`, initialised in ONE jitted program.
+    """(graphdef, params) of `ctor(rngs)`, initialised in ONE jitted program, compiled without optimisation.
 
     Building an nnx module eagerly dispatches (and compiles) every initialiser op one by one, which costs
-    minutes on a loaded CPU; under jit it is one small compile."""
+    minutes on a loaded CPU; under jit it is one compile, and it runs once (`core.compilation.jit_run_once`)."""
     graphdef = split(nnx.eval_shape(lambda: ctor(nnx.Rngs(0))))[0]
-    params = jax.jit(lambda k: split(ctor(nnx.Rngs(params=k)))[1])(key)
+    params = jit_run_once(lambda k: split(ctor(nnx.Rngs(params=k)))[1])(key)
     return graphdef, params
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.compilation import jit_run_once
 from core.config import BadInputError
 from core.plots import bar_plot, image_grid
 from core.train import init_train_state, make_train_step, progress, write_metrics
@@ -291,7 +292,7 @@ def _am_init(am: AMConfig, size: int, classes: int):
                        else MLPClassifier(size * size, am.hidden, classes, rngs=r)) for name in ATTRIBUTORS}
 
     graphdefs = {n: split(m)[0] for n, m in nnx.eval_shape(lambda: ctor(nnx.Rngs(0))).items()}
-    return graphdefs, jax.jit(lambda k: {n: split(m)[1] for n, m in ctor(nnx.Rngs(params=k)).items()})
+    return graphdefs, jit_run_once(lambda k: {n: split(m)[1] for n, m in ctor(nnx.Rngs(params=k)).items()})
 
 
 def am_logits(graphdefs: dict, params: dict, x: jax.Array, block: int) -> dict[str, jax.Array]:

@@ -13,6 +13,6 @@ from rl_tools.a2a_security.train import evaluate, run  # noqa: E402
 
 EXPERIMENT = Experiment(
     name="a2a_security", paper=14, title="A2ASecBench: attacks on agent-to-agent systems (a2a-sdk lab)",
-    presets=PRESETS, run=run, runtimes={"tiny": "~30 s", "demo": "~1-2 min", "paper": "~15 min"})
+    presets=PRESETS, run=run, runtimes={"tiny": "~30 s", "demo": "~30 s", "paper": "~15 min"})
 
 __all__ = ["Config", "EXPERIMENT", "PRESETS", "evaluate", "run"]

@@ -14,7 +14,7 @@ class Config:
     """The joint safety-utility evaluation: every attack x domain x coordinator, plus spoofing success vs k.
 
     tiny:  `iclr26 run a2a_security --preset tiny` (~30 s on 2 CPU cores): 2 cases per attack in one domain.
-    demo:  `iclr26 run a2a_security --preset demo` (~1-2 min): 4 cases per attack and domain, a short k sweep.
+    demo:  `iclr26 run a2a_security --preset demo` (~30 s): 4 cases per attack and domain, a short k sweep.
     paper: `iclr26 run a2a_security --preset paper`: 100 adversarial + 100 control cases per attack and domain
            (the released suite's size), k = 1..10.
     """
@@ -43,7 +43,8 @@ class Config:
 PRESETS = {
     "tiny": Config(cases_per_attack=2, domains=("travel",), k_sweep=(1, 5), k_sweep_cases=4,
                    selector=SelectorConfig(train_pairs=64, steps=20, batch_size=32)),
-    "demo": Config(cases_per_attack=4, k_sweep=(1, 3, 10), k_sweep_cases=10,
-                   selector=SelectorConfig(train_pairs=512, steps=150)),
+    # the learned selector reaches test accuracy 1.0 by step 60 (idle 2 cores: 19 s warm, 30 s at 150 steps)
+    "demo": Config(cases_per_attack=4, k_sweep=(1, 3, 10), k_sweep_cases=6,
+                   selector=SelectorConfig(train_pairs=512, steps=60)),
     "paper": Config(),
 }

@@ -23,7 +23,7 @@ EXPERIMENT = [
         title="Executable counterfactuals: interventional vs counterfactual accuracy of a small decoder",
         presets=presets(),
         run=_run,
-        runtimes={"tiny": "~30 s on 2 CPU cores", "demo": "~3 min on 2 CPU cores", "paper": "hours on 2 CPU cores"},
+        runtimes={"tiny": "~30 s on 2 CPU cores", "demo": "~40-60 s on 2 CPU cores", "paper": "hours on 2 CPU cores"},
     ),
     Experiment(
         name="cf_sft",

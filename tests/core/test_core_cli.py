@@ -1,5 +1,6 @@
 """The iclr26 command, driven in-process for errors and as a subprocess for the SIGKILL-resume test."""
 
+import json
 import os
 import pathlib
 import signal
@@ -201,3 +202,26 @@ def test_report_prints_each_papers_claim_beside_the_runs_numbers(tmp_path):
     assert "regression:" not in out.split("claims beside")[-1]  # no paper, no claim
     report = (tmp_path / "report.md").read_text()
     assert "## The papers' claims beside this run's numbers" in report and "| fedftrl | FedFTRL attains" in report
+
+
+def test_demos_in_parallel_processes_report_each_one_and_a_failed_one_by_its_error_line(capsys, tmp_path):
+    # two demos at once, each `iclr26 run` in its own process; the second finds a run folder of another
+    # experiment, so its process stops with one line, which the summary and the exit status carry
+    (tmp_path / "tiny_lm").mkdir()
+    (tmp_path / "tiny_lm" / "config.json").write_text(json.dumps({"experiment": "regression", "preset": "tiny",
+                                                                   "config": {}}))
+    code, out, err = _run_cli(capsys, "demo", "--only", "regression", "tiny_lm", "--preset", "tiny", "--jobs", "2",
+                              "--workdir", str(tmp_path))
+    assert code == 1
+    assert "running 2 demos, 2 at a time" in out and "the whole demo:" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["jobs"] == 2 and summary["wall_seconds"] > 0
+    runs = {r["experiment"]: r for r in summary["runs"]}
+    assert [r["experiment"] for r in summary["runs"]] == ["regression", "tiny_lm"]
+    assert runs["regression"]["metrics"]["eval_mse"] >= 0 and runs["regression"]["preset"] == "tiny"
+    assert runs["tiny_lm"]["metrics"]["FAILED"].startswith(f"--workdir {tmp_path / 'tiny_lm'} holds a run of "
+                                                           "'regression'")
+    assert "tiny_lm: FAILED after" in err and "iclr26: error: the demo of tiny_lm failed" in err
+    assert (tmp_path / "regression" / "demo.log").exists() and (tmp_path / "regression" / "metrics.json").exists()
+    with pytest.raises(cli.CLIError, match="--jobs 0: expected at least 1"):
+        cli.cmd_demo(cli.build_parser().parse_args(["demo", "--jobs", "0", "--workdir", str(tmp_path / "x")]))

@@ -86,3 +86,27 @@ def test_persistent_cache_block_writes_its_folder_and_restores_the_settings(tmp_
         jax.jit(lambda x: x * 3.0 + 1.0)(jnp.ones(5)).block_until_ready()
     assert any(folder.iterdir()), "the block's compile is written to its folder"
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_a_run_once_program_computes_what_the_optimised_one_does_and_is_compiled_without_optimisation():
+    from flax import nnx
+
+    def init(key):  # an initialiser: what jit_run_once is for
+        return nnx.split(nnx.Sequential(nnx.Conv(3, 8, (3, 3), rngs=nnx.Rngs(params=key)),
+                                        nnx.Linear(8, 4, rngs=nnx.Rngs(params=jax.random.fold_in(key, 1)))),
+                         nnx.Param)[1]
+
+    key = jax.random.key(3)
+    once, optimised = compilation.jit_run_once(init), jax.jit(init)
+    for a, b in zip(jax.tree.leaves(once(key)), jax.tree.leaves(optimised(key))):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert float(jnp.max(jnp.abs(a - b))) <= 1e-6 * float(jnp.max(jnp.abs(b)))
+    text = once.lower(key).compile().as_text()
+    assert text == jax.jit(init, compiler_options=compilation.RUN_ONCE_OPTIONS).lower(key).compile().as_text()
+    assert compilation.RUN_ONCE_OPTIONS["xla_backend_optimization_level"] == 0
+
+
+@pytest.mark.parametrize("platforms, expected", [("cuda", 1), ("tpu", 1), ("cpu", None)])
+def test_the_demo_runs_several_at_once_only_on_cpu(monkeypatch, platforms, expected):
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    assert cli.default_demo_jobs() == (expected or max(1, min(4, os.cpu_count() or 1)))
