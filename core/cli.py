@@ -327,10 +327,11 @@ def _enable_compile_cache(args: argparse.Namespace) -> None:
 
 
 def default_demo_jobs() -> int:
-    """Demos run at once by `iclr26 demo`: on CPU up to 4 (XLA compiles a program on one core, and a short
-    demo spends most of its time compiling, so a second process uses the idle core); 1 where an accelerator is
-    visible (each process would claim the whole GPU's memory, and a TPU opens in one process only). Decided
-    without starting JAX, whose first use in this process would itself claim the accelerator."""
+    """Demos run at once by `iclr26 demo`: on CPU the core count, up to 4 (one short demo leaves cores idle
+    while it compiles and runs Python: on the idle 2-core machine the whole cold demo took 415 s two at a time
+    against 495 s one after another); 1 where an accelerator is visible (each process would claim the whole
+    GPU's memory, and a TPU opens in one process only). Decided without starting JAX, whose first use in this
+    process would itself claim the accelerator."""
     platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
     if platforms and platforms != "cpu":
         return 1
