@@ -2,9 +2,14 @@
 
 import os
 
-os.environ["XLA_FLAGS"] = " ".join(
-    [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-    + ["--xla_force_host_platform_device_count=8"])
+_flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+          if not f.startswith("--xla_force_host_platform_device_count")]
+# Tests run a few steps of tiny models, so compiling is most of their time: XLA:CPU's optimisation passes off
+# (bit_e2e's tests 105 -> 78 s, deduce + hoi's 122 -> 82 s on 2 cores). Values change only by rounding; a test
+# that compares two computations compiles both this way. XLA_FLAGS with an optimisation level of its own wins.
+if not any(f.startswith("--xla_backend_optimization_level") for f in _flags):
+    _flags.append("--xla_backend_optimization_level=0")
+os.environ["XLA_FLAGS"] = " ".join(_flags + ["--xla_force_host_platform_device_count=8"])
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # `iclr26 run` / `demo` turn on JAX's persistent compilation cache; tests stay hermetic (tests of the cache
