@@ -122,3 +122,39 @@ def test_jit_run_once_hands_its_options_to_the_compiler(monkeypatch):
 def test_the_demo_runs_several_at_once_only_on_cpu(monkeypatch, platforms, expected):
     monkeypatch.setenv("JAX_PLATFORMS", platforms)
     assert cli.default_demo_jobs() == (expected or max(1, min(4, os.cpu_count() or 1)))
+
+
+def _entry(folder, key, size, when):
+    path = folder / f"{key}-cache"
+    path.write_bytes(b"x" * size)
+    (folder / f"{key}-atime").write_bytes(b"t" * 8)
+    os.utime(path, (when, when))
+    return path
+
+
+def test_trim_removes_the_least_recently_used_entries_down_to_the_kept_fraction(tmp_path):
+    for i, key in enumerate("abcdef"):  # a is the oldest, f the newest; 6 x 100 bytes
+        _entry(tmp_path, key, 100, 1_000_000 + 10 * i)
+    (tmp_path / "unrelated.txt").write_bytes(b"y" * 10_000)  # not an entry: never counted, never removed
+    assert compilation.trim_cache(tmp_path, max_bytes=600) == 0  # at the cap: nothing to do
+    assert compilation.trim_cache(tmp_path, max_bytes=500, keep_fraction=0.8) == 2  # 600 -> 400 <= 0.8 * 500
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["c-atime", "c-cache", "d-atime", "d-cache", "e-atime", "e-cache", "f-atime", "f-cache",
+                    "unrelated.txt"]
+    os.utime(tmp_path / "c-cache", (2_000_000, 1_000_020))  # c read recently (access time): now the newest
+    assert compilation.trim_cache(tmp_path, max_bytes=300, keep_fraction=1.0) == 1
+    assert not (tmp_path / "d-cache").exists() and (tmp_path / "c-cache").exists()
+
+
+def test_enabling_trims_once_and_turns_off_jax_per_write_eviction(tmp_path, monkeypatch):
+    """JAX's own cap scans the whole folder on every write (quadratic over a cold run): it must stay off."""
+    for i in range(4):
+        _entry(tmp_path, f"k{i}", 1000, 1_000_000 + i)
+    before = {name: getattr(jax.config, name) for name in compilation._CACHE_OPTIONS}
+    try:
+        assert compilation.enable_persistent_cache(tmp_path, max_bytes=2500) == tmp_path
+        assert jax.config.jax_compilation_cache_max_size == -1
+        assert sorted(p.name for p in tmp_path.glob("*-cache")) == ["k2-cache", "k3-cache"]  # 4000 -> 2000 bytes
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
