@@ -13,6 +13,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PARAM_NAMES = ("radius_x", "radius_y", "radius_z", "ear_size", "hairline", "hair_length",
                "skin_r", "skin_g", "skin_b", "hair_r", "hair_g", "hair_b", "cue_r", "cue_g", "cue_b", "cue_size")
@@ -145,19 +146,22 @@ def render_head(params: jax.Array, yaw: jax.Array, pitch: jax.Array, res: int = 
 
 def chunked(fn, chunk: int):
     """Apply a jitted batch function to arrays of any length in fixed-size chunks (one compile per chunk
-    size): the last chunk is padded with copies of row 0 and cut off; outputs are concatenated on axis 0."""
+    size): the last chunk is padded with copies of row 0 and cut off; outputs are concatenated on axis 0 and come
+    back as NumPy arrays. Inputs are cut and outputs joined on the host: on the device each slice, pad and join
+    of a new length or offset would compile an eager program of its own (dozens per evaluation)."""
 
     def apply(*arrays):
+        arrays = [np.asarray(a) for a in arrays]
         n = arrays[0].shape[0]
         outs = []
         for s in range(0, n, chunk):
             part = [a[s:s + chunk] for a in arrays]
             m = part[0].shape[0]
             if m < chunk:
-                part = [jnp.concatenate([p, jnp.repeat(p[:1], chunk - m, 0)]) for p in part]
-            o = fn(*part)
-            outs.append(jax.tree.map(lambda x: x[:m], o))
-        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+                part = [np.concatenate([p, np.repeat(p[:1], chunk - m, 0)]) for p in part]
+            outs.append((m, fn(*part)))
+        outs = [jax.tree.map(lambda x, m=m: x[:m], o) for m, o in jax.device_get(outs)]
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
 
     return apply
 

@@ -224,6 +224,13 @@ def _programs(config: Config, steps_per_chunk: int):
                             steps_per_chunk)
 
 
+@jax.jit
+def arm_params(tree, i):
+    """Arm i's slice of the arms' stacked parameters: one program for the whole tree (eagerly, each leaf's
+    index would compile two programs of its own)."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
 @functools.lru_cache(maxsize=4)
 def _programs_cached(config: Config, steps_per_chunk: int):
     graphdefs, init = make_models(config)
@@ -285,7 +292,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
         history["images_seen"].append(seen)
         history["metrics"].append({k: np.asarray(v).tolist() for k, v in m.items()})
         for i, a in enumerate(arms):
-            gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
+            gp = arm_params(states.params["g_ema"], i)
             history["fd_random"][a].append(float(evaluator.fd_random(generate, gp, a, seed=c,
                                                                      n=tc.curve_samples)))
         log.write({"step": (c + 1) * every, "images_seen": seen,
@@ -305,7 +312,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, *, prepared:
     imgs_per_s = len(arms) * every * tc.batch_size / float(np.mean(later))
     final = {}
     for i, a in enumerate(arms):
-        gp = jax.tree.map(lambda x: x[i], states.params["g_ema"])
+        gp = arm_params(states.params["g_ema"], i)
         final[a] = evaluator.evaluate(generate, gp, a)
     return {"arms": arms, "final": final, "history": history, "g_params": states.params["g_ema"], "generate": generate,
             "speed": {"arms_in_parallel": len(arms), "images_per_s_all_arms": imgs_per_s,
@@ -328,7 +335,7 @@ def write_plots(result: dict, config: Config, workdir: pathlib.Path, prefix: str
                        title="FD-random (feature Frechet distance) vs images seen", xlabel="images seen per arm",
                        ylabel="FD-random", logy=True)]
     for i, a in enumerate(result["arms"]):
-        gp = jax.tree.map(lambda x: x[i], result["g_params"])
+        gp = arm_params(result["g_params"], i)
         imgs, titles = rotation_images(config, result["generate"], gp, a, result["evaluator"])
         slug = a.replace("/", "_").replace("+", "_")
         paths.append(image_grid(workdir / f"{prefix}rotation_{slug}.png", imgs, ncols=8, titles=titles))

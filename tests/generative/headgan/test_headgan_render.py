@@ -15,6 +15,7 @@ from generative.headgan.render import (
     FOV_DEG,
     NUM_PARAMS,
     camera_rays,
+    chunked,
     ray_sphere,
     render_batch,
     render_head,
@@ -93,3 +94,29 @@ def test_datasets_regimes_and_semantics():
     assert not np.allclose(sem[0, 0], sem[1, 0])
     info = prepared["semantic_info"]
     assert info["final_loss"] < info["first_loss"]  # the stand-in encoder learned something
+
+
+def test_chunked_equals_one_call_with_a_ragged_last_chunk_and_one_compile():
+    calls = []
+
+    @jax.jit
+    def fn(a, b):
+        calls.append(a.shape)  # runs at trace time only: one entry per compile
+        return a * 2.0 + b[:, None], jnp.sum(a, 1)
+
+    a = np.arange(22 * 3, dtype=np.float32).reshape(22, 3)
+    b = np.linspace(-1, 1, 22, dtype=np.float32)
+    out, total = chunked(fn, 8)(a, jnp.asarray(b))  # chunks of 8, 8 and 6 (padded to 8)
+    np.testing.assert_array_equal(out, a * 2.0 + b[:, None])
+    np.testing.assert_array_equal(total, a.sum(1))
+    assert out.shape == (22, 3) and total.shape == (22,) and calls == [(8, 3)]
+
+
+def test_arm_params_slices_every_leaf_of_the_stacked_arms():
+    from generative.headgan.train import arm_params
+
+    tree = {"w": jnp.arange(24.0).reshape(3, 2, 4), "b": {"v": jnp.arange(3)}}
+    for i in range(3):
+        got = arm_params(tree, i)
+        np.testing.assert_array_equal(got["w"], np.arange(24.0).reshape(3, 2, 4)[i])
+        assert int(got["b"]["v"]) == i
