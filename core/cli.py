@@ -518,7 +518,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra_commands: bool = True) -> argparse.ArgumentParser:
+    """The `iclr26` parser; `extra_commands=False` leaves out the methods' own subcommands (`iclr26 bo`, ...),
+    whose registration imports their methods."""
     parser = argparse.ArgumentParser(
         prog="iclr26", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Reference JAX implementations of nineteen ICLR 2026 methods: run an experiment on "
@@ -590,10 +592,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", type=pathlib.Path, help="a folder written by `iclr26 run` or `iclr26 demo`")
     p.set_defaults(func=cmd_report)
 
-    from core import registry
-    for _, register in registry.command_registrars():
-        register(sub)
+    if extra_commands:
+        from core import registry
+        for _, register in registry.command_registrars():
+            register(sub)
     return parser
+
+
+BUILTIN_COMMANDS = ("list", "run", "info", "demo", "report")
 
 
 def guarded(func: Any, *args: Any) -> int:
@@ -612,7 +618,8 @@ def guarded(func: Any, *args: Any) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(extra_commands=not argv or argv[0] not in BUILTIN_COMMANDS)
     args = parser.parse_args(argv)
     return guarded(args.func, args)
 

@@ -225,3 +225,42 @@ def test_demos_in_parallel_processes_report_each_one_and_a_failed_one_by_its_err
     assert (tmp_path / "regression" / "demo.log").exists() and (tmp_path / "regression" / "metrics.json").exists()
     with pytest.raises(cli.CLIError, match="--jobs 0: expected at least 1"):
         cli.cmd_demo(cli.build_parser().parse_args(["demo", "--jobs", "0", "--workdir", str(tmp_path / "x")]))
+
+
+def test_running_one_experiment_loads_its_entry_point_only(monkeypatch):
+    """`iclr26 run NAME` imports one method (all of them cost ~2 s per process); a name registered under
+    another entry point (bit_e2e by bit) and the unknown-name error still go through the full table."""
+    import dataclasses
+
+    from core import registry
+    regression = registry.experiments()["regression"]
+    loaded = []
+
+    class FakeEntryPoint:
+        def __init__(self, name, value):
+            self.name, self.value = name, value
+
+        def load(self):
+            loaded.append(self.name)
+            return self.value
+
+    eps = [FakeEntryPoint("alpha", dataclasses.replace(regression, name="alpha")),
+           FakeEntryPoint("beta_gamma", [dataclasses.replace(regression, name="beta-gamma"),
+                                         dataclasses.replace(regression, name="beta_gamma_e2e")]),
+           FakeEntryPoint("delta", dataclasses.replace(regression, name="delta"))]
+    monkeypatch.setattr(registry, "_entry_points", lambda group: eps)
+    monkeypatch.setattr(registry, "experiments", registry.experiments.__wrapped__)  # no cached real table
+    assert registry.get("alpha").name == "alpha" and loaded == ["alpha"]
+    loaded.clear()
+    assert registry.get("beta_gamma").name == "beta-gamma" and loaded == ["beta_gamma"]
+    loaded.clear()
+    assert registry.get("beta_gamma_e2e").name == "beta_gamma_e2e" and loaded == ["alpha", "beta_gamma", "delta"]
+    with pytest.raises(registry.UnknownExperimentError, match="did you mean alpha"):
+        registry.get("alpah")
+
+
+def test_builtin_commands_are_the_parser_s_own():
+    sub = next(a for a in cli.build_parser(extra_commands=False)._actions if a.dest == "command")
+    assert sorted(sub.choices) == sorted(cli.BUILTIN_COMMANDS)
+    with_extras = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    assert set(with_extras.choices) > set(cli.BUILTIN_COMMANDS)  # bo, cf, ivb
