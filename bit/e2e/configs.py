@@ -150,7 +150,8 @@ def demo() -> Config:
     on the test sentences, latency against the cascade."""
     base = cascade_configs.demo()
     base = dataclasses.replace(base, data=dataclasses.replace(base.data, sentences_per_session=100, labelled=400,
-                                                              lm_sentences=8000))
+                                                              lm_sentences=8000),
+                               train=dataclasses.replace(base.train, pretrain_steps=150, finetune_steps=350))
     return Config(base=base, lm=LanguageModelConfig(text_steps=600, speech_steps=1000),
                   e2e=E2ETrainConfig(steps=1200, warmup=50))
 
