@@ -159,11 +159,12 @@ def make_sampler(name: str, graphdef, gen: GenConfig, size: int) -> Callable[[An
     else:
         raise BadInputError(f"generator {name!r}: expected one of {GENERATORS}")
 
-    @functools.partial(jax.jit, static_argnums=2)
     def quantized(params, key, n):
         return ops.quantize8(sample(params, key, n))
 
-    return quantized
+    # a handful of calls per run: compiled without XLA's optimisation passes (MADE's 196-step sampling loop
+    # compiled in 4.5 s by default)
+    return jit_run_once(quantized, static_argnums=2)
 
 
 def train_generator(name: str, gen: GenConfig, x: np.ndarray, key: jax.Array):
