@@ -77,7 +77,7 @@ def enable_persistent_cache(path: str | os.PathLike | None = None, *, min_compil
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", -1)  # no per-write eviction scan (see above)
+    jax.config.update("jax_compilation_cache_max_size", -1)  # JAX's default: no per-write eviction scan (see above)
     return folder
 
 
