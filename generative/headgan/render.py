@@ -172,9 +172,9 @@ def _render_chunk(params, yaw, pitch, res, supersample):
 
 
 def render_batch(params: jax.Array, yaw: jax.Array, pitch: jax.Array, res: int = 32, supersample: int = 2,
-                 chunk: int = 128) -> tuple[jax.Array, jax.Array]:
-    """`render_head` over a batch (N, NUM_PARAMS), (N,), (N,): ((N, res, res, 3), (N, res, res)), jitted in
-    fixed-size chunks so any N reuses one compiled program."""
+                 chunk: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """`render_head` over a batch (N, NUM_PARAMS), (N,), (N,): ((N, res, res, 3), (N, res, res)) NumPy arrays,
+    jitted in fixed-size chunks so any N reuses one compiled program."""
     params, yaw, pitch = jnp.asarray(params), jnp.asarray(yaw, jnp.float32), jnp.asarray(pitch, jnp.float32)
     return chunked(lambda p, y, pi: _render_chunk(p, y, pi, res, supersample), chunk)(params, yaw, pitch)
 
