@@ -2,10 +2,10 @@
 
 Presets:
 - `tiny`: scikit-learn's 8x8 digits resized to 16x16, a few dozen steps per model (tests; seconds).
-- `demo`: MNIST 28x28, every stage briefly, two readings, one defence, about a minute
-  (`iclr26 run deepfake_attack --preset demo`).
+- `demo`: MNIST 28x28, every stage briefly, the black-box attack only (the white-box references one `--set`
+  away), two readings, one defence, about a minute (`iclr26 run deepfake_attack --preset demo`).
 - `bench`: the committed benchmark (`benchmarks/deepfake_attack.py`): MNIST 28x28, 6 generators, 4
-  attribution models, 5 defences, within 60 min on 2 CPU cores.
+  attribution models, 6 defences, 3 seeds within about an hour on 2 idle CPU cores.
 - `faces64`: 64 px grayscale faces from a user-supplied folder (`--set data.folder=...`), for a GPU.
 - `paper`: `bench` with longer training (more steps for every model); the paper's own grid (12 generators,
   6 attribution models, face images) needs face data and GPUs that this project does not ship.
@@ -98,6 +98,7 @@ class AttackConfig:
     over random pseudo-generators (`traces.py`)."""
 
     readings: tuple[str, ...] = READINGS  # attack readings to run: additive, pixel_gain, spectral_gain
+    kinds: tuple[str, ...] = KINDS  # attacks to run: pgd, universal (the white-box references), blackbox (always)
     width: int = 16  # base channel width of the attack networks
     eps: float = 0.5  # pixel gain in [1 - eps, 1 + eps]
     spectral_eps: float = 1.0  # per-frequency gain in [1 - spectral_eps, 1 + spectral_eps] (1: a peak can be removed)
@@ -121,6 +122,8 @@ class AttackConfig:
         check(len(self.readings) >= 1 and set(self.readings) <= set(READINGS)
               and len(set(self.readings)) == len(self.readings), "attack.readings", self.readings,
               f"distinct names from {READINGS}")
+        check("blackbox" in self.kinds and set(self.kinds) <= set(KINDS) and len(set(self.kinds)) == len(self.kinds),
+              "attack.kinds", self.kinds, f"distinct names from {KINDS}, 'blackbox' among them (the method itself)")
         for name in ("width", "steps", "universal_steps", "batch_size", "pseudo_gms", "surrogate_width",
                      "surrogate_steps", "pgd_steps", "pgd_per_gm"):
             check(getattr(self, name) >= 1, f"attack.{name}", getattr(self, name), "an integer >= 1")
@@ -182,32 +185,33 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """`iclr26 run deepfake_attack --preset demo`: MNIST 28x28, every stage briefly (most of it compiling), two
-    of the three attack readings (additive and the paper's spectral gain; all three with
-    `--set attack.readings=additive,pixel_gain,spectral_gain`) and one defence (blur); about a minute on 2 idle
-    cores."""
+    """`iclr26 run deepfake_attack --preset demo`: MNIST 28x28, every stage briefly (most of it compiling), the
+    black-box attack (the method) in two of the three readings (additive and the paper's spectral gain; all three
+    with `--set attack.readings=additive,pixel_gain,spectral_gain`; the white-box references PGD and the universal
+    attack with `--set attack.kinds=pgd,universal,blackbox`) and one defence (blur); about a minute on 2 idle
+    cores. The surrogate gets 200 steps: at 60 it still called every image real, which left the attack nothing
+    to learn."""
     return Config(
         data=DataConfig(n_gm=1000, n_am=200, n_attack=300, n_eval=100),
         gen=GenConfig(gan_steps=60, vae_steps=60, made_steps=60, made_hidden=128, ddpm_steps=50,
                       ddpm_timesteps=10, fid_steps=100),
         am=AMConfig(steps=80, batch_size=64),
-        attack=AttackConfig(readings=("additive", "spectral_gain"), width=8, steps=40, universal_steps=30,
-                            surrogate_steps=60, batch_size=16, pseudo_gms=4,
+        attack=AttackConfig(readings=("additive", "spectral_gain"), kinds=("blackbox",), width=8, steps=40,
+                            universal_steps=30, surrogate_steps=200, batch_size=16, pseudo_gms=4,
                             surrogate_width=8, pgd_steps=3, pgd_per_gm=20),
         defence=DefenceConfig(defences=("none", "blur"), dae_steps=50), eval_batch=200, grid_samples=8)
 
 
 def bench() -> Config:
-    """`python benchmarks/deepfake_attack.py` (3 attack seeds; sized for 2 CPU cores shared with many other jobs):
-    generators 800-1000 steps, attribution models 250 steps of batch 64, surrogate 400 steps, black-box attack
-    120 and universal attack 80 steps of batch 16 per reading, PGD 5 steps on 15 fakes per generator; the
-    defences retrain, blur, dct and specnorm (the denoising-AE purifier is left out for time)."""
+    """`python benchmarks/deepfake_attack.py` (3 attack seeds; sized for 2 idle CPU cores, about an hour):
+    generators 800-1000 steps, attribution models 600 steps of batch 64, surrogate 400 steps, black-box attack
+    300 and universal attack 200 steps of batch 16 per reading, PGD 10 steps from a random start on 25 fakes per
+    generator; every defence (retrain, blur, dct, the denoising AE, specnorm)."""
     return Config(data=DataConfig(n_gm=4000, n_am=1500, n_attack=1500, n_eval=500),
                   gen=GenConfig(gan_steps=800, vae_steps=800, made_steps=800, ddpm_steps=1000),
-                  am=AMConfig(steps=250, batch_size=64),
-                  attack=AttackConfig(steps=120, universal_steps=80, surrogate_steps=400, batch_size=16, pgd_steps=5,
-                                      pgd_per_gm=15),
-                  defence=DefenceConfig(defences=("none", "retrain", "blur", "dct", "specnorm")))
+                  am=AMConfig(steps=600, batch_size=64),
+                  attack=AttackConfig(steps=300, universal_steps=200, surrogate_steps=400, batch_size=16,
+                                      pgd_steps=10, pgd_per_gm=25))
 
 
 def paper() -> Config:

@@ -623,17 +623,21 @@ class Evaluator:
         self.preprocess = jax.jit(lambda aux, branch, x: apply_defence(config, branch, x, aux))
         self.predict = jax.jit(predict)
         self._pgd_step = jax.jit(pgd_step)
+        self._pgd_start = jax.jit(A.random_start)
 
-    def pgd(self, pam, aux, branch, x, y, reading: str) -> tuple[jax.Array, jax.Array]:
+    def pgd(self, pam, aux, branch, x, y, reading: str, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """White-box PGD of one reading against each attribution model (through the defence), all four in one
-        compiled step (one copy of the images per model): (predictions (N, 4), attacked images (4, N, ...))."""
+        compiled step (one copy of the images per model), from a random start drawn with `key`:
+        (predictions (N, 4), attacked images (4, N, ...))."""
         a = self.config.attack
         models = len(ATTRIBUTORS)
         xs = jnp.broadcast_to(x, (models, *x.shape))
         ys = jnp.broadcast_to(y, (models, *y.shape))
         w = A.one_hot(reading)
+        bound = A.box(w, a.eps, a.spectral_eps)
         step = functools.partial(self._pgd_step, pam, aux, branch)
-        xa = A.pgd(None, xs, ys, w, self.radius, a.pgd_steps, A.box(w, a.eps, a.spectral_eps), step_fn=step)
+        start = self._pgd_start(key, xs, w, self.radius, bound)
+        xa = A.pgd(None, xs, ys, w, self.radius, a.pgd_steps, bound, step_fn=step, start=start)
         preds = [self.predict(pam, aux, branch, xa[m])[:, m] for m in range(models)]
         return jnp.stack(preds, axis=1), xa
 
@@ -668,7 +672,8 @@ _AM_CACHE: dict = {}  # attribution models per defence, reused across runs in on
 
 
 def attack_names(config: Config) -> list[str]:
-    return [f"{k}_{r}" for k in ("pgd", "universal", "blackbox") for r in config.attack.readings] + ["blur", "dct"]
+    kinds = [k for k in ("pgd", "universal", "blackbox") if k in config.attack.kinds]
+    return [f"{k}_{r}" for k in kinds for r in config.attack.readings] + ["blur", "dct"]
 
 
 def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Callable[[str], None] = print,
@@ -785,15 +790,19 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     t0 = time.time()
     am_none = attributors("none")
     tick("attributors_none", t0)
-    t0 = time.time()
-    uni = train_universal_attacks(config, graphdefs, am_none[0], x_am_fake, y_am_fake,
-                                  jax.random.key(ac.seed + 7), show_progress=True)
-    tick("universal_training", t0)
+    uni = None
+    if "universal" in ac.kinds:
+        t0 = time.time()
+        uni = train_universal_attacks(config, graphdefs, am_none[0], x_am_fake, y_am_fake,
+                                      jax.random.key(ac.seed + 7), show_progress=True)
+        tick("universal_training", t0)
 
     # 3. attacked evaluation fakes (learned attacks and references) ---------------------------------------------
     t0 = time.time()
     adv, adv_am = {}, []
     for kind, trained in (("universal", uni), ("blackbox", bb)):
+        if trained is None:
+            continue
         for r in readings:
             adv[f"{kind}_{r}"] = apply_learned(ac, trained["graphdef"], trained["params"][r], r, x_fake, eb)
             adv_am.append(apply_learned(ac, trained["graphdef"], trained["params"][r], r, x_am_fake, eb))
@@ -828,8 +837,11 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         pred_clean = pred_ev[fake_ev]
         am_info[dname] = {"clean_acc": clean_acc, "final_loss": am_loss}
         rows = {aname: _asr_table(pred_clean, batched(predict, xa, eb), y_fake) for aname, xa in adv.items()}
-        for r in readings:  # white-box PGD per model and reading, on the first n_pgd fakes of each generator
-            outs = [ev.pgd(pam, aux, branch, x_pgd[i:i + eb], y_pgd[i:i + eb], r) for i in range(0, len(pgd_idx), eb)]
+        pgd_readings = readings if "pgd" in ac.kinds else ()
+        for ri, r in enumerate(pgd_readings):  # white-box PGD per model and reading, on the first n_pgd fakes per GM
+            pgd_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(ac.seed + 13), di), ri)  # random starts
+            outs = [ev.pgd(pam, aux, branch, x_pgd[i:i + eb], y_pgd[i:i + eb], r, jax.random.fold_in(pgd_key, i))
+                    for i in range(0, len(pgd_idx), eb)]
             preds = np.concatenate([np.asarray(o[0]) for o in outs])
             if di == 0:
                 pgd_images[r] = np.concatenate([np.asarray(o[1]) for o in outs], axis=1)  # (models, N, ...)
@@ -839,19 +851,19 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         tick(f"defence_{dname}", t0)
 
     # 5. spectral traces: distance of each generator's (attacked) fakes' mean spectrum to the real one ----------
-    spec = {"clean": {}, **{a: {} for a in adv}, **{f"pgd_{r}": {} for r in readings}}
+    spec = {"clean": {}, **{a: {} for a in adv}, **{f"pgd_{r}": {} for r in pgd_images}}
     for gi, g in enumerate(GENERATORS):
         sel = y_fake == gi + 1
         spec["clean"][g] = spectral_distance(x_fake[sel], real_spec)
         for a, xa in adv.items():
             spec[a][g] = spectral_distance(xa[sel], real_spec)
-        for r in readings:  # PGD images against the pixel CNN (model 0)
+        for r in pgd_images:  # PGD images against the pixel CNN (model 0)
             spec[f"pgd_{r}"][g] = spectral_distance(pgd_images[r][0][y_pgd == gi + 1], real_spec)
 
     # 6. tables, plots ------------------------------------------------------------------------------
     table = {d: {a: results[d][a]["mean"] for a in results[d]} for d in results}
     history = {**{f"blackbox_{k}": np.asarray(v) for k, v in bb["history"].items()},
-               **{f"universal_{k}": np.asarray(v) for k, v in uni["history"].items()}}
+               **{f"universal_{k}": np.asarray(v) for k, v in (uni["history"] if uni else {}).items()}}
     _plots(workdir, config, x_fake, y_fake, adv, table, pools["eval"]["image"], bb, history)
     wall = time.time() - t_start
     return {"generators": gen_info, "fid_real_vs_real": fid_real, "digit_classifier_acc": digit_acc,
@@ -968,14 +980,17 @@ def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_
     plt.close(fig)
 
     # training curves: the surrogate's CE (clean training, then frozen) and each attack network's fool loss
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    universal = "universal" in config.attack.kinds
+    fig, axes = plt.subplots(1, 2 + universal, figsize=(3.7 * (2 + universal), 3))
     axes[0].plot(history["blackbox_surrogate_ce"])
     axes[0].set_title("surrogate CE (clean real + pseudo-fakes)", fontsize=8)
     for r in readings:
         axes[1].plot(history[f"blackbox_fool_{r}"], label=r)
-        axes[2].plot(history[f"universal_fool_{r}"], label=r)
+        if universal:
+            axes[2].plot(history[f"universal_fool_{r}"], label=r)
     axes[1].set_title("black-box fool CE (frozen surrogate -> real)", fontsize=8)
-    axes[2].set_title("universal white-box fool loss (-log(1 - p_source))", fontsize=8)
+    if universal:
+        axes[2].set_title("universal white-box fool loss (-log(1 - p_source))", fontsize=8)
     for a in axes:
         a.set_xlabel("step")
         a.set_yscale("log")

@@ -51,6 +51,55 @@ def test_to_budget_puts_every_image_on_the_psnr_budget(reading):
     assert float(jnp.max(jnp.abs(boxed))) <= 0.05 + 1e-6
 
 
+def digit_like(n: int = 4, size: int = 8, seed: int = 0) -> jax.Array:
+    """Images with a black background (half the pixels exactly 0) and strokes: the [0, 1] clip binds."""
+    x = np.random.default_rng(seed).uniform(0.4, 0.9, size=(n, size, size, 1)).astype(np.float32)
+    x[:, : size // 2] = 0.0
+    return jnp.asarray(x)
+
+
+@pytest.mark.parametrize("reading", ["additive", "pixel_gain", "spectral_gain"])
+def test_to_budget_puts_the_delivered_image_on_the_budget_where_the_clip_binds(reading):
+    """The budget is on what the attacked image carries, ||clip(x + d, 0, 1) - x||: with a black background the
+    clip absorbs part of d (issue 39's first run: a nominal 28 dB delivered 30.4-33.2 dB), and to_budget grows the
+    direction until the delivered norm is the radius, or to MAX_GROWTH where the clip never lets it get there."""
+    w = A.one_hot(reading)
+    radius = T.radius_of(8, 20.0)
+    least = []
+    for seed in range(4):
+        x = digit_like(seed=seed)
+        raw = jnp.tanh(jnp.asarray(np.random.default_rng(10 + seed).normal(size=(4, 8, 8, 1)).astype(np.float32)))
+        pre = radius / A.norm(A.perturbation(x, raw, w)) * raw
+        least.append(np.min(np.asarray(A.delivered_norm(x, pre, w))))
+        delivered = np.asarray(A.delivered_norm(x, A.to_budget(x, raw, w, radius, 1e3), w)).ravel()
+        reachable = np.asarray(A.delivered_norm(x, A.MAX_GROWTH * pre, w)).ravel() > radius
+        assert reachable.sum() >= 3, (seed, reachable)
+        np.testing.assert_allclose(delivered[reachable], radius, rtol=1e-4)
+        np.testing.assert_allclose(delivered[~reachable],
+                                   np.asarray(A.delivered_norm(x, A.MAX_GROWTH * pre, w)).ravel()[~reachable],
+                                   rtol=1e-5)  # out of reach: the largest growth, above the target PSNR
+    assert min(least) < 0.95 * radius, "the clip must bind in this test"
+    # the gradient reaches the attack's raw output through the budget map (the bisection itself is constant)
+    g = jax.grad(lambda r: jnp.sum(A.to_budget(x, r, w, radius, 1e3) * x))(raw)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).sum()) > 0
+
+
+def test_project_shrinks_only_and_random_starts_lie_inside_the_budget():
+    x = digit_like()
+    radius = T.radius_of(8, 24.0)
+    for reading, bound in (("additive", A.NO_BOX), ("pixel_gain", 0.5), ("spectral_gain", 1.0)):
+        w = A.one_hot(reading)
+        big = 5.0 * jnp.asarray(RNG.normal(size=(4, 8, 8, 1)).astype(np.float32))
+        th = A.project(x, big, w, radius, bound)
+        assert np.all(np.asarray(A.delivered_norm(x, th, w)) <= radius * (1 + 1e-5)), reading
+        assert float(jnp.max(jnp.abs(th))) <= bound + 1e-6
+        np.testing.assert_allclose(np.asarray(A.project(x, 0.5 * th, w, radius, bound)), np.asarray(0.5 * th),
+                                   atol=1e-7)  # a point inside is left where it is
+        s0, s1 = (A.random_start(jax.random.key(k), x, w, radius, bound) for k in (0, 1))
+        assert np.all(np.asarray(A.delivered_norm(x, s0, w)) <= radius * (1 + 1e-5)), reading
+        assert not np.allclose(np.asarray(s0), np.asarray(s1))
+
+
 def test_pgd_additive_reading_equals_the_l2_pgd_and_gains_stay_in_their_box():
     x = jnp.asarray(RNG.uniform(0.3, 0.7, size=(5, 4, 4, 1)).astype(np.float32))
     wm = jnp.asarray(RNG.normal(size=(16, 3)).astype(np.float32))
@@ -129,10 +178,10 @@ def test_trained_blackbox_attack_lowers_its_own_surrogate_accuracy_by_20_points(
         assert rep[r]["acc"] < rep["clean_acc"] - 0.20, (r, rep)
         h = bb["history"][f"fool_{r}"]
         assert h[-5:].mean() < h[:5].mean(), (r, h[:5], h[-5:])  # the fool loss went down
-    # before the [0, 1] clip every image is exactly on the budget (test_to_budget...); the clip (digits have a black
-    # background) and a gain's box can only lower a perturbation: no reading is below the target PSNR, none far above
+    # the delivered images sit on the budget after the [0, 1] clip (digits have a black background), up to the
+    # 8-bit rounding; a gain's box may only keep a few images above it
     x50 = jnp.asarray(x_held[:50])
     for r in cfg.readings:
         xa = jnp.asarray(T.apply_learned(cfg, bb["graphdef"], bb["params"][r], r, x_held[:50], 50))
-        p = float(np.mean(M.psnr(x50, xa)))
-        assert 26.0 - 0.3 < p < 26.0 + 4.0, (r, p)
+        p = float(np.median(M.psnr(x50, xa)))
+        assert abs(p - 26.0) < 0.3, (r, p)
