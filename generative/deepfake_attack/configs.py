@@ -32,6 +32,7 @@ class DataConfig:
     source: Literal["mnist", "digits", "folder"] = "mnist"  # MNIST, scikit-learn 8x8 digits, or an image folder
     image_size: int = 28  # 28 for MNIST; digits / folder images are resized to this size (16 in tests)
     folder: str = ""  # source "folder": a directory of images (PNG / JPEG, searched recursively), read as grayscale
+    fakes_folder: str = ""  # samples of your own generators, one subfolder of images per generator: replaces the zoo
     n_gm: int = 4000  # real images the generators learn from
     n_am: int = 2000  # real class of the attribution training set; also fakes per generator
     n_attack: int = 2000  # real images the attack is trained on (it never sees a fake)

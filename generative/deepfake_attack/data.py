@@ -51,6 +51,33 @@ def load_folder_images(folder: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     return out, np.zeros(len(paths), np.int32)
 
 
+def load_fake_folders(folder: str, size: int, n_am: int, n_eval: int, seed: int) -> dict[str, tuple[np.ndarray,
+                                                                                                     np.ndarray]]:
+    """Samples of the user's own generators (`data.fakes_folder`): one subfolder per generator, named after it,
+    each holding at least n_am + n_eval images (read like `data.folder`). Returns {generator: (attribution-training
+    fakes (n_am, S, S, 1), evaluation fakes (n_eval, S, S, 1))}, split by a seeded permutation, in sorted order.
+    Generator checkpoints themselves are not read (their architectures are the user's): sample them to a folder."""
+    import pathlib
+
+    root = pathlib.Path(folder)
+    if not root.is_dir():
+        raise BadInputError(f"data.fakes_folder={folder!r}: expected a directory with one subfolder of images "
+                            "per generator")
+    subs = sorted(p for p in root.iterdir() if p.is_dir())
+    if not subs:
+        raise BadInputError(f"data.fakes_folder={folder!r}: no subfolders; expected one folder of images per "
+                            "generator")
+    out = {}
+    for i, sub in enumerate(subs):
+        x, _ = load_folder_images(str(sub), size)
+        if len(x) < n_am + n_eval:
+            raise BadInputError(f"data.fakes_folder: {sub} holds {len(x)} images; expected at least "
+                                f"data.n_am + data.n_eval = {n_am + n_eval}")
+        order = np.random.default_rng(seed + i).permutation(len(x))
+        out[sub.name] = (x[order[:n_am]], x[order[n_am:n_am + n_eval]])
+    return out
+
+
 def load_pools(config: DataConfig) -> dict[str, dict[str, np.ndarray]]:
     """{pool: {"image": (N, S, S, 1) float32 in [0, 1], "label": (N,) digit}} with disjoint pools.
 

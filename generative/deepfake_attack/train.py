@@ -34,7 +34,7 @@ from . import losses as L
 from . import metrics as M
 from . import ops, traces
 from .configs import ATTRIBUTORS, GENERATORS, AMConfig, AttackConfig, Config, GenConfig
-from .data import load_pools
+from .data import load_fake_folders, load_pools
 from .model import (
     MADE,
     ConvClassifier,
@@ -645,7 +645,8 @@ class Evaluator:
 # --------------------------------------------------------------------------------------------- pipeline
 
 def _stack_classes(real: np.ndarray, fakes: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    xs = [real] + [fakes[g] for g in GENERATORS]
+    """Images and attribution labels: 0 real, then 1, 2, ... for the generators in `fakes`' order."""
+    xs = [real, *fakes.values()]
     ys = [np.full(len(a), i, np.int32) for i, a in enumerate(xs)]
     return np.concatenate(xs), np.concatenate(ys)
 
@@ -715,7 +716,19 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     # while the generator zoo trains: XLA:CPU compiles on one core, and the other stage's programs use the idle one.
     cache = workdir / "stage_generators.npz"  # a rerun in the same workdir resumes after the zoo
     fakes_am, fakes_eval, gen_info = {}, {}, {}
-    if cache.exists():  # read (and a damaged cache refused) before the background stage starts
+    gen_names = GENERATORS
+    if config.data.fakes_folder:  # the user's generators' samples replace the zoo
+        user = load_fake_folders(config.data.fakes_folder, size, config.data.n_am, config.data.n_eval,
+                                 config.data.seed)
+        gen_names = tuple(user)
+        for name, (x_am_g, x_ev_g) in user.items():
+            fakes_am[name], fakes_eval[name] = x_am_g, x_ev_g
+            gen_info[name] = {"fid": M.frechet_distance(batched(feats, x_ev_g, eb), real_feats),
+                              "samples": str(pathlib.Path(config.data.fakes_folder) / name)}
+            image_grid(workdir / f"samples_{name}.png", x_ev_g[: config.grid_samples, ..., 0],
+                       ncols=min(8, config.grid_samples))
+        log(f"[deepfake_attack] {len(user)} generators' samples read from {config.data.fakes_folder}")
+    elif cache.exists():  # read (and a damaged cache refused) before the background stage starts
         z = stage_cache(cache, [f"{kind}_{g}" for g in GENERATORS for kind in ("am", "eval")])
         fakes_am = {g: z[f"am_{g}"] for g in GENERATORS}
         fakes_eval = {g: z[f"eval_{g}"] for g in GENERATORS}
@@ -733,7 +746,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="real_only")
     real_only = background.submit(_train_real_only, config, pools, tick)
     background.shutdown(wait=False)
-    for name in progress([g for g in GENERATORS if g not in gen_info], desc="generators"):
+    for name in progress([g for g in gen_names if g not in gen_info], desc="generators"):
         gi = GENERATORS.index(name)
         t0 = time.time()
         graphdef, params, losses = train_generator(name, config.gen, pools["gm"]["image"], jax.random.fold_in(root, gi))
@@ -752,12 +765,12 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
                    ncols=min(8, config.grid_samples))
         tick(f"generator_{name}", t0)
 
-    if not cache.exists():
+    if not cache.exists() and not config.data.fakes_folder:
         np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS},
                  **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
         (workdir / "stage_generators.json").write_text(json.dumps(gen_info))
 
-    classes = 1 + len(GENERATORS)
+    classes = 1 + len(gen_names)
     x_am, y_am = _stack_classes(pools["am"]["image"], fakes_am)
     x_ev, y_ev = _stack_classes(pools["eval"]["image"], fakes_eval)
     fake_ev = y_ev > 0
@@ -836,7 +849,8 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         clean_acc = {a: float(np.mean(pred_ev[:, i] == y_ev)) for i, a in enumerate(ATTRIBUTORS)}
         pred_clean = pred_ev[fake_ev]
         am_info[dname] = {"clean_acc": clean_acc, "final_loss": am_loss}
-        rows = {aname: _asr_table(pred_clean, batched(predict, xa, eb), y_fake) for aname, xa in adv.items()}
+        rows = {aname: _asr_table(pred_clean, batched(predict, xa, eb), y_fake, gen_names)
+                for aname, xa in adv.items()}
         pgd_readings = readings if "pgd" in ac.kinds else ()
         for ri, r in enumerate(pgd_readings):  # white-box PGD per model and reading, on the first n_pgd fakes per GM
             pgd_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(ac.seed + 13), di), ri)  # random starts
@@ -846,13 +860,13 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
             if di == 0:
                 pgd_images[r] = np.concatenate([np.asarray(o[1]) for o in outs], axis=1)  # (models, N, ...)
                 fid_rows[f"pgd_{r}"] = fidelity(x_pgd, pgd_images[r][0])
-            rows[f"pgd_{r}"] = _asr_table(pred_clean[pgd_idx], preds, y_pgd)
+            rows[f"pgd_{r}"] = _asr_table(pred_clean[pgd_idx], preds, y_pgd, gen_names)
         results[dname] = {a: rows[a] for a in attack_names(config)}
         tick(f"defence_{dname}", t0)
 
     # 5. spectral traces: distance of each generator's (attacked) fakes' mean spectrum to the real one ----------
     spec = {"clean": {}, **{a: {} for a in adv}, **{f"pgd_{r}": {} for r in pgd_images}}
-    for gi, g in enumerate(GENERATORS):
+    for gi, g in enumerate(gen_names):
         sel = y_fake == gi + 1
         spec["clean"][g] = spectral_distance(x_fake[sel], real_spec)
         for a, xa in adv.items():
@@ -864,7 +878,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     table = {d: {a: results[d][a]["mean"] for a in results[d]} for d in results}
     history = {**{f"blackbox_{k}": np.asarray(v) for k, v in bb["history"].items()},
                **{f"universal_{k}": np.asarray(v) for k, v in (uni["history"] if uni else {}).items()}}
-    _plots(workdir, config, x_fake, y_fake, adv, table, pools["eval"]["image"], bb, history)
+    _plots(workdir, config, gen_names, x_fake, y_fake, adv, table, pools["eval"]["image"], bb, history)
     wall = time.time() - t_start
     return {"generators": gen_info, "fid_real_vs_real": fid_real, "digit_classifier_acc": digit_acc,
             "attributors": am_info, "fidelity": fid_rows, "asr": results, "table": table,
@@ -913,11 +927,12 @@ def _train_real_only(config: Config, pools: dict, tick: Callable[[str, float], N
     return bb, dae
 
 
-def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray) -> dict[str, Any]:
-    """Per (attribution model, generator) cells and their average."""
+def _asr_table(pred_clean: np.ndarray, pred_adv: np.ndarray, source: np.ndarray,
+               gen_names: tuple[str, ...]) -> dict[str, Any]:
+    """Per (attribution model, generator) cells and their average (generator i is label i + 1)."""
     cells = {}
     for ai, aname in enumerate(ATTRIBUTORS):
-        for gi, gname in enumerate(GENERATORS):
+        for gi, gname in enumerate(gen_names):
             sel = source == gi + 1
             cells[f"{aname}/{gname}"] = M.attack_success(pred_clean[sel, ai], pred_adv[sel, ai], source[sel])
     return {"mean": M.mean_asr(list(cells.values())), "cells": cells}
@@ -928,15 +943,16 @@ def _mean_spectrum(x):
     return ops.log_spectrum(x).mean(0)
 
 
-def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_real, bb, history) -> None:
+def _plots(workdir: pathlib.Path, config: Config, gen_names, x_fake, y_fake, adv, table, x_real, bb,
+           history) -> None:
     import matplotlib.pyplot as plt
 
     readings = config.attack.readings
     # samples: one fake per generator, clean and each black-box reading, and the mean log-spectra
-    idx = [int(np.flatnonzero(y_fake == g + 1)[0]) for g in range(len(GENERATORS))]
+    idx = [int(np.flatnonzero(y_fake == g + 1)[0]) for g in range(len(gen_names))]
     rows = [("clean", x_fake)] + [(r, adv[f"blackbox_{r}"]) for r in readings]
     nr = len(rows)
-    fig, axes = plt.subplots(2 * nr, len(GENERATORS), figsize=(1.6 * len(GENERATORS), 1.7 * 2 * nr), squeeze=False)
+    fig, axes = plt.subplots(2 * nr, len(gen_names), figsize=(1.6 * len(gen_names), 1.7 * 2 * nr), squeeze=False)
     for r, (label, xs) in enumerate(rows):
         for g, i in enumerate(idx):
             axes[r, g].imshow(xs[i, ..., 0], cmap="gray", vmin=0, vmax=1)
@@ -947,7 +963,7 @@ def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_
                 a.set_xticks([])
                 a.set_yticks([])
             if r == 0:
-                axes[r, g].set_title(GENERATORS[g], fontsize=7)
+                axes[r, g].set_title(gen_names[g], fontsize=7)
         axes[r, 0].set_ylabel(label, fontsize=7)
         axes[nr + r, 0].set_ylabel(f"log|F| {label}", fontsize=6)
     fig.suptitle("black-box attack (our reconstruction) at matched PSNR", fontsize=8)
@@ -961,7 +977,7 @@ def _plots(workdir: pathlib.Path, config: Config, x_fake, y_fake, adv, table, x_
     families = min(len(traces.FAMILIES), config.attack.pseudo_gms)
     pseudo = [np.asarray(traces.fakes(kernels, xr, jnp.full((xr.shape[0],), k + 1), jax.random.key(k),
                                       config.attack.pseudo_residue)) for k in range(families)]
-    panels = ([("real", x_real[:200])] + [(g, x_fake[y_fake == gi + 1][:200]) for gi, g in enumerate(GENERATORS)]
+    panels = ([("real", x_real[:200])] + [(g, x_fake[y_fake == gi + 1][:200]) for gi, g in enumerate(gen_names)]
               + [(f"pseudo {traces.FAMILIES[int(kernels['family'][k])]}", p) for k, p in enumerate(pseudo)])
     real_spec = np.asarray(_mean_spectrum(jnp.asarray(x_real[:200])))
     fig, axes = plt.subplots(2, len(panels), figsize=(1.5 * len(panels), 3.2), squeeze=False)
