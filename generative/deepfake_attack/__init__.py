@@ -15,10 +15,11 @@ EXPERIMENT = Experiment(
     title="Multiplicative attack on DeepFake attribution (our reconstruction), MNIST generator zoo",
     presets=PRESETS,
     run=run,
-    # measured after issue 39 on the 2 shared cores at a load average of about 5 (first run, compiles included)
+    # the demo measured alone on the idle 2 cores with the compile cache off (2026-12-06: 65 s, 48 s compiling)
     runtimes={"tiny": "not timed idle (the pipeline test runs it)",
-              "demo": "~1-1.5 min idle with a cold compile cache (two readings, one defence; most of it compiling)",
-              "bench": "see wall_seconds in benchmarks/results/deepfake_attack.json (3 seeds, loaded machine)",
+              "demo": "~1 min idle with a cold compile cache (black-box only, two readings, one defence; mostly "
+                      "compiling)",
+              "bench": "see wall_seconds in benchmarks/results/deepfake_attack.json (3 seeds, idle machine)",
               "paper": "hours on CPU", "faces64": "GPU; not run"},
 )
 
