@@ -716,7 +716,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
     # while the generator zoo trains: XLA:CPU compiles on one core, and the other stage's programs use the idle one.
     cache = workdir / "stage_generators.npz"  # a rerun in the same workdir resumes after the zoo
     fakes_am, fakes_eval, gen_info = {}, {}, {}
-    gen_names = GENERATORS
+    gen_names = config.gen.generators
     if config.data.fakes_folder:  # the user's generators' samples replace the zoo
         user = load_fake_folders(config.data.fakes_folder, size, config.data.n_am, config.data.n_eval,
                                  config.data.seed)
@@ -729,17 +729,17 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
                        ncols=min(8, config.grid_samples))
         log(f"[deepfake_attack] {len(user)} generators' samples read from {config.data.fakes_folder}")
     elif cache.exists():  # read (and a damaged cache refused) before the background stage starts
-        z = stage_cache(cache, [f"{kind}_{g}" for g in GENERATORS for kind in ("am", "eval")])
-        fakes_am = {g: z[f"am_{g}"] for g in GENERATORS}
-        fakes_eval = {g: z[f"eval_{g}"] for g in GENERATORS}
+        z = stage_cache(cache, [f"{kind}_{g}" for g in gen_names for kind in ("am", "eval")])
+        fakes_am = {g: z[f"am_{g}"] for g in gen_names}
+        fakes_eval = {g: z[f"eval_{g}"] for g in gen_names}
         info_path = workdir / "stage_generators.json"
         try:
             gen_info = json.loads(info_path.read_text())
         except (OSError, ValueError) as err:
             raise BadInputError(f"{info_path}: a damaged stage record ({type(err).__name__}: {err}); delete it "
                                 f"and {cache.name} to train the generators again") from None
-        if any(len(fakes_am[g]) != config.data.n_am or len(fakes_eval[g]) != config.data.n_eval for g in GENERATORS):
-            raise BadInputError(f"{cache}: holds {len(fakes_am[GENERATORS[0]])} / {len(fakes_eval[GENERATORS[0]])} "
+        if any(len(fakes_am[g]) != config.data.n_am or len(fakes_eval[g]) != config.data.n_eval for g in gen_names):
+            raise BadInputError(f"{cache}: holds {len(fakes_am[gen_names[0]])} / {len(fakes_eval[gen_names[0]])} "
                                 f"fakes per generator; expected data.n_am={config.data.n_am} / "
                                 f"data.n_eval={config.data.n_eval} (delete it to train the generators again)")
         log(f"[deepfake_attack] generators restored from {cache}")
@@ -766,8 +766,8 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
         tick(f"generator_{name}", t0)
 
     if not cache.exists() and not config.data.fakes_folder:
-        np.savez(cache, **{f"am_{g}": fakes_am[g] for g in GENERATORS},
-                 **{f"eval_{g}": fakes_eval[g] for g in GENERATORS})
+        np.savez(cache, **{f"am_{g}": fakes_am[g] for g in gen_names},
+                 **{f"eval_{g}": fakes_eval[g] for g in gen_names})
         (workdir / "stage_generators.json").write_text(json.dumps(gen_info))
 
     classes = 1 + len(gen_names)
@@ -821,7 +821,7 @@ def train_and_evaluate(config: Config, workdir: pathlib.Path | str, *, log: Call
             adv_am.append(apply_learned(ac, trained["graphdef"], trained["params"][r], r, x_am_fake, eb))
     reference = jax.jit(lambda xb: (ops.quantize8(ops.gaussian_blur(xb, ac.blur_sigma)),
                                     ops.quantize8(ops.dct_quantize(xb, ac.dct_step, config.am.dct_block))))
-    refs = [np.asarray(a) for a in zip(*[reference(jnp.asarray(x_fake[i:i + eb])) for i in range(0, len(x_fake), eb)])]
+    refs = list(zip(*[reference(jnp.asarray(x_fake[i:i + eb])) for i in range(0, len(x_fake), eb)]))  # ragged last
     adv["blur"], adv["dct"] = (np.concatenate(r) for r in refs)
     fid_rows = {a: fidelity(x_fake, adv[a]) for a in adv}
     surrogate = surrogate_report(ac, bb, pools["eval"]["image"], jax.random.key(ac.seed + 11), eb)
