@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     runtimes={"tiny": "~6 min wall on the shared 2-core machine at load ~13 (the smoke test); about 1 min idle",
-              "demo": "~1 min on 2 CPU cores with a cold compile cache (16 px, 2 arms, 32 steps)",
+              "demo": "~50 s on 2 idle CPU cores with a cold compile cache (16 px, 2 arms, 16 steps)",
               "bench": "~16 min per seed at load ~15 on the 2-core machine (8 arms, 60 steps, 16 px; "
                        "benchmarks/headgan.py trains 3 seeds)",
               "gpu": "GPU (64 px, 20k steps of batch 32 per arm; unrun)",

@@ -239,20 +239,22 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """About a minute on 2 CPU cores: camera vs semantic conditioning on balanced data, 16 px, 32 steps of batch 8,
-    64 evaluation samples per bin: a tour of the pipeline, not a test of the claim (at this budget the FD-random
-    order of the two arms changes with the step count and the samples drawn; the benchmark's arms train 60+ steps
-    over seeds with 1,024 samples per bin, the paper preset 200k steps).
+    """Under a minute on 2 CPU cores: camera vs semantic conditioning on balanced data, 16 px, 256 images, 16 steps
+    of batch 8 (one chunk), 64 evaluation samples per bin: a tour of the pipeline, not a test of the claim (at this
+    budget the FD-random order of the two arms changes with the step count and the samples drawn; the benchmark's
+    arms train 60+ steps over seeds with 1,024 samples per bin, the paper preset 200k steps). Halved for the
+    five-minute `make demo` (2026-12-06, idle, cold cache: 50 s and 75 CPU-s against 65 s and 99 CPU-s at 512
+    images, 32 steps and a 60-step encoder on 256 images).
 
     `iclr26 run headgan --preset demo --workdir /tmp/hg`; writes metrics.json, FD curves and 360-degree grids.
     Compiled at XLA's default optimisation (no `fast_compile`): at level 0 the compiles were not shorter here (30 s
     against 28 s) but the steps were, end to end, 568 s against 72 s on the idle 2-core machine.
     """
     return Config(
-        data=DataConfig(res=16, n_images=512, views_per_id=8),
-        encoder=EncoderConfig(sem_dim=16, feat_dim=32, channels=16, n_train=256, steps=60),
+        data=DataConfig(res=16, n_images=256, views_per_id=8),
+        encoder=EncoderConfig(sem_dim=16, feat_dim=32, channels=16, n_train=128, steps=30),
         model=_small_model(raw_res=8, plane_res=16, n_coarse=8, n_fine=8),
-        train=TrainConfig(steps=32, batch_size=8, eval_every=16, eval_samples=64, curve_samples=64),
+        train=TrainConfig(steps=16, batch_size=8, eval_every=16, eval_samples=64, curve_samples=64),
         arms=("camera/balanced", "semantic/balanced"),
     )
 
