@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     runtimes={"tiny": "~40 s wall (compile-bound) on the shared 2-core machine",
-              "demo": "~1 min on 2 idle CPU cores with a cold compile cache (half of it compiling)",
+              "demo": "~40 s on 2 idle CPU cores with a cold compile cache (half of it compiling)",
               "bench_simsiam": "~25 min on 2 CPU cores (9 runs x 150 steps)",
               "bench_simclr": "~25 min on 2 CPU cores (9 runs x 150 steps)",
               "bench_moco": "~25 min on 2 CPU cores (9 runs x 150 steps)",
