@@ -183,7 +183,7 @@ def demo() -> Config:
     return Config(
         data=VideoConfig(n_train=256, n_test=256),
         model=ModelConfig(channels=(8, 16, 32), stem_stride=2, proj_hidden=128, proj_dim=64, head_hidden=64),
-        train=TrainConfig(batch_size=32, steps=40, warmup=4, log_every=20, eval_clips=1, probe_steps=100,
+        train=TrainConfig(batch_size=32, steps=40, warmup=6, log_every=20, eval_clips=1, probe_steps=100,
                           finetune_steps=20),
         variants=("base", "prednext"),
     )
