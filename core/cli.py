@@ -398,10 +398,18 @@ def _demo_in_process(exp: Any, root: pathlib.Path, preset: str) -> dict[str, Any
 def _demos_in_processes(methods: Sequence[Any], root: pathlib.Path, preset: str | None, jobs: int,
                         no_compile_cache: bool) -> list[dict[str, Any]]:
     """Each demo as `iclr26 run NAME --preset P --workdir ROOT/NAME` in its own process, `jobs` at a time; a
-    demo's output goes to ROOT/NAME/demo.log (shown here when it fails). Records come back in `methods` order."""
+    demo's output goes to ROOT/NAME/demo.log (shown here when it fails). Records come back in `methods` order.
+
+    The processes are forked from one server that has imported the common libraries (`core.demo_worker`), so
+    they are paid for once; where the platform has no forkserver, each demo is a fresh `python -m core.cli`."""
+    import multiprocessing
     import subprocess
 
     import core
+    forked = "forkserver" in multiprocessing.get_all_start_methods()
+    if forked:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["core.demo_worker"])
     env = dict(os.environ)
     package_root = str(pathlib.Path(core.__file__).resolve().parent.parent)  # the checkout or site-packages
     env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -412,32 +420,46 @@ def _demos_in_processes(methods: Sequence[Any], root: pathlib.Path, preset: str 
             exp = pending.pop(0)
             exp_preset = preset or exp.demo_preset
             workdir = _prepare_workdir(root / exp.name)
-            command = [sys.executable, "-m", "core.cli", "run", exp.name, "--preset", exp_preset,
-                       "--workdir", str(workdir)] + (["--no-compile-cache"] if no_compile_cache else [])
-            log = open(workdir / "demo.log", "w")  # noqa: SIM115 (closed when the process ends)
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL)
+            argv = ["run", exp.name, "--preset", exp_preset, "--workdir", str(workdir)] + (
+                ["--no-compile-cache"] if no_compile_cache else [])
+            if forked:
+                from core.demo_worker import run_demo
+                proc = context.Process(target=run_demo, args=(argv, str(workdir / "demo.log")), name=exp.name)
+                proc.start()
+                log = None
+            else:
+                log = open(workdir / "demo.log", "w")  # noqa: SIM115 (closed when the process ends)
+                proc = subprocess.Popen([sys.executable, "-m", "core.cli", *argv], stdout=log,
+                                        stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
             running[proc] = (exp, exp_preset, workdir, log, time.perf_counter())
             print(f"== {exp.name} (paper {exp.paper if exp.paper is not None else '-'}): preset {exp_preset}, "
                   "started", flush=True)
         time.sleep(0.1)
-        for proc in [p for p in running if p.poll() is not None]:
+        for proc in [p for p in running if _exit_status(p) is not None]:
             exp, exp_preset, workdir, log, started = running.pop(proc)
             seconds = time.perf_counter() - started
-            log.close()
+            status = _exit_status(proc)
+            if log is not None:
+                log.close()
             metrics_path = workdir / "metrics.json"
-            if proc.returncode == 0 and metrics_path.exists():
+            if status == 0 and metrics_path.exists():
                 metrics = _read_json_object(metrics_path, "a run's metrics")
                 print(f"   {exp.name}: done in {seconds:.0f} s", flush=True)
             else:
-                text = (workdir / "demo.log").read_text(errors="replace")
+                log_file = workdir / "demo.log"
+                text = log_file.read_text(errors="replace") if log_file.exists() else ""
                 lines = [line for line in text.splitlines() if line.strip()]
-                reason = lines[-1].strip() if lines else f"exit status {proc.returncode}, no output"
+                reason = lines[-1].strip() if lines else f"exit status {status}, no output"
                 metrics = {"FAILED": reason.removeprefix("iclr26: error: ")}
-                print(f"   {exp.name}: FAILED after {seconds:.0f} s; the end of {workdir / 'demo.log'}:\n"
+                print(f"   {exp.name}: FAILED after {seconds:.0f} s; the end of {log_file}:\n"
                       + "\n".join(lines[-20:]), file=sys.stderr, flush=True)
             records[exp.name] = _demo_record(exp, exp_preset, seconds, metrics, workdir)
     return [records[exp.name] for exp in methods]
+
+
+def _exit_status(proc: Any) -> int | None:
+    """A demo process's exit status (None while it runs), a `multiprocessing.Process` or a `subprocess.Popen`."""
+    return proc.poll() if hasattr(proc, "poll") else proc.exitcode
 
 
 def _unknown(name: str):

@@ -227,6 +227,30 @@ def test_demos_in_parallel_processes_report_each_one_and_a_failed_one_by_its_err
         cli.cmd_demo(cli.build_parser().parse_args(["demo", "--jobs", "0", "--workdir", str(tmp_path / "x")]))
 
 
+def test_demo_server_imports_the_libraries_without_starting_jax():
+    """The demos are forked from a server that imported `core.demo_worker`; a backend (an XLA client and its
+    threads) started there would be inherited half-alive by every fork, so the import must start none."""
+    import subprocess
+    import sys
+
+    probe = ("import core.demo_worker, jax, sys; from jax._src import xla_bridge; "
+             "sys.exit(0 if not xla_bridge._backends and 'flax.nnx' in sys.modules else 3)")
+    assert subprocess.run([sys.executable, "-c", probe], timeout=120).returncode == 0
+
+
+def test_a_demo_process_writes_its_output_to_its_log_and_exits_with_the_cli_status(tmp_path):
+    import multiprocessing
+
+    from core.demo_worker import run_demo
+    context = multiprocessing.get_context("forkserver")
+    bad = context.Process(target=run_demo, args=(["run", "no_such_experiment"], str(tmp_path / "bad.log")))
+    bad.start()
+    bad.join(120)
+    assert bad.exitcode == 2
+    assert "iclr26: error: " in (tmp_path / "bad.log").read_text() and "no_such_experiment" in (
+        tmp_path / "bad.log").read_text()
+
+
 def test_running_one_experiment_loads_its_entry_point_only(monkeypatch):
     """`iclr26 run NAME` imports one method (all of them cost ~2 s per process); a name registered under
     another entry point (bit_e2e by bit) and the unknown-name error still go through the full table."""
