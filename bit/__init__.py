@@ -20,7 +20,7 @@ EXPERIMENT = [Experiment(
     title="BIT: a cross-species neural foundation model for end-to-end speech decoding (n-gram cascade)",
     presets=PRESETS,
     run=run,
-    runtimes={"tiny": "~1 min on 2 shared CPU cores", "demo": "~45 s on 2 idle CPU cores (cold compile cache)",
+    runtimes={"tiny": "~1 min on 2 shared CPU cores", "demo": "~40 s on 2 idle CPU cores (cold compile cache)",
               "cpu": "~15 min on 2 CPU cores",
               "paper": "GPU; simulated sessions at the T15 scale, or the real ones with --set data.data_dir=..."},
 ), Experiment(

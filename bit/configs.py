@@ -171,14 +171,15 @@ def tiny() -> Config:
 
 
 def demo() -> Config:
-    """`iclr26 run bit --preset demo`: simulate, pretrain briefly, fine-tune, decode five sentences (~45 s on 2 idle
-    CPU cores with a cold compile cache). 100 + 300 steps, for the five-minute `make demo`: 9.6 % cascade WER and
-    43.9 % greedy + lexicon, against 5.4 % and 37.9 % at 150 + 350 steps (one run each)."""
+    """`iclr26 run bit --preset demo`: simulate, pretrain briefly, fine-tune, decode five sentences (~40 s on 2 idle
+    CPU cores with a cold compile cache). 80 + 220 steps, for the five-minute `make demo`: 8.2 % cascade WER and
+    41.8 % greedy + lexicon (42 s, 62 CPU-s), against 9.6 % and 43.9 % at 100 + 300 steps (47 s, 72 CPU-s) and
+    14.3 % and 48.9 % at 60 + 180 (one run each)."""
     return Config(
         data=DataConfig(sessions=4, sentences_per_session=60, test_per_session=10, imagined_sessions=0,
                         monkey_sessions=0, labelled=200, lm_sentences=5000),
         model=dataclasses.replace(_CPU_MODEL, d_model=64, num_layers=2, num_heads=2, mlp_dim=128),
-        train=TrainConfig(pretrain_steps=100, finetune_steps=300, batch_size=16, lr=2e-3, pretrain_lr=2e-3,
+        train=TrainConfig(pretrain_steps=80, finetune_steps=220, batch_size=16, lr=2e-3, pretrain_lr=2e-3,
                           warmup=30, log_every=50),
         decode=DecodeConfig(beam=8))
 
