@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     runtimes={"tiny": "~30 s CPU time (131 s wall on the shared, overloaded 2-core machine)",
-              "demo": "~25 s wall on 2 idle CPU cores with a cold compile cache (2 min at load ~7)",
+              "demo": "~20 s wall on 2 idle CPU cores with a cold compile cache (one seed)",
               "paper": "GPU; needs the user's MMSA MOSI pickle",
               "official": "GPU; needs the user's MMSA MOSI pickle (the official code's variants)"},
 )
