@@ -15,10 +15,10 @@ EXPERIMENT = Experiment(
     title="Multiplicative attack on DeepFake attribution (our reconstruction), MNIST generator zoo",
     presets=PRESETS,
     run=run,
-    # the demo measured alone on the idle 2 cores with the compile cache off (2026-12-06: 65 s, 48 s compiling)
+    # the demo measured alone on the idle 2 cores with the compile cache off (2026-12-06: 46 s, 36 s compiling)
     runtimes={"tiny": "not timed idle (the pipeline test runs it)",
-              "demo": "~1 min idle with a cold compile cache (black-box only, two readings, one defence; mostly "
-                      "compiling)",
+              "demo": "~45 s idle with a cold compile cache (three generators, black-box only, two readings, one "
+                      "defence; mostly compiling)",
               "bench": "see wall_seconds in benchmarks/results/deepfake_attack.json (3 seeds, idle machine)",
               "paper": "hours on CPU", "faces64": "GPU; not run"},
 )
