@@ -103,8 +103,9 @@ def scale_to_radius(x: jax.Array, theta: jax.Array, w: jax.Array, radius: float,
 def to_budget(x: jax.Array, theta: jax.Array, w: jax.Array, radius: float, bound: jax.Array | float) -> jax.Array:
     """theta rescaled per image so that the delivered perturbation ||clip(x + d(x, theta), 0, 1) - x||_2 is radius,
     inside the reading's box. First ||d||_2 = radius (differentiable: the gradient moves the direction, not the
-    length), then one more per-image factor in [1, MAX_GROWTH] for what the [0, 1] clip absorbs (found by
-    bisection, no gradient). A box that stops a gain before the radius leaves the PSNR above the target."""
+    length), then one more per-image factor up to MAX_GROWTH for what the [0, 1] clip absorbs (found by
+    bisection, no gradient; at least 1 wherever the clip and the box only absorb). A box that stops a gain before
+    the radius, or a clip that absorbs more than MAX_GROWTH can make up, leaves the PSNR above the target."""
     theta = radius / (norm(perturbation(x, theta, w)) + 1e-8) * theta
     return jnp.clip(scale_to_radius(x, theta, w, radius, bound, MAX_GROWTH) * theta, -bound, bound)
 

@@ -69,7 +69,10 @@ def load_fake_folders(folder: str, size: int, n_am: int, n_eval: int, seed: int)
                             "generator")
     out = {}
     for i, sub in enumerate(subs):
-        x, _ = load_folder_images(str(sub), size)
+        try:
+            x, _ = load_folder_images(str(sub), size)
+        except BadInputError as err:  # named as the option the user set, not as data.folder
+            raise BadInputError(f"data.fakes_folder: {str(err).removeprefix('data.folder=')}") from None
         if len(x) < n_am + n_eval:
             raise BadInputError(f"data.fakes_folder: {sub} holds {len(x)} images; expected at least "
                                 f"data.n_am + data.n_eval = {n_am + n_eval}")

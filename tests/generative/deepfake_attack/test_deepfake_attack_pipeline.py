@@ -64,6 +64,9 @@ def test_user_generator_samples_replace_the_zoo(tmp_path):
         load_fake_folders(str(fakes), 16, 30, 11, 0)
     with pytest.raises(BadInputError, match="data.fakes_folder='.*nowhere': expected a directory"):
         load_fake_folders(str(tmp_path / "nowhere"), 16, 1, 1, 0)
+    (tmp_path / "empty" / "ganC").mkdir(parents=True)
+    with pytest.raises(BadInputError, match=r"data.fakes_folder: '.*ganC': no images"):
+        load_fake_folders(str(tmp_path / "empty"), 16, 1, 1, 0)
 
     tiny = configs.tiny()
     cfg = dataclasses.replace(
