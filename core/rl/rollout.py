@@ -4,8 +4,11 @@
 at a tool-call stop sequence, or after `max_new_tokens` tokens. Each turn's text goes to the row's
 `Environment.step`, which answers (observation, done, reward). A non-empty observation is tokenized and
 appended to the cache (`core.lm.generate.append_tokens`, no re-prefill), and generation goes on until the
-row is done, has emitted EOS, or has used its turn or token budget. A tool that raises, returns nothing or
-runs past `tool_timeout_s` becomes an observation that says so; it never ends the batch.
+row is done, has emitted EOS, or has used its turn or token budget. A turn's environment steps run together on
+`tool_workers` threads (as verl runs tool calls concurrently), so `step` may run for several rows at once; an
+environment with shared mutable state must guard it. A tool that raises, returns nothing or runs past
+`tool_timeout_s` (counted from the call's own start) becomes an observation that says so; it never ends the
+batch.
 
 The result, `Rollout`, holds right-padded sequences (prompt + response) with per-token masks: `policy`
 (tokens the policy generated; the only ones in the policy loss and the KL), `observation` (tool output,
@@ -18,6 +21,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import os
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -58,7 +63,8 @@ class RolloutConfig:
     """group_size: completions per prompt (G). max_new_tokens: per turn. max_turns: actions per episode.
     max_response_tokens: the whole response (policy + observation tokens). max_prompt_tokens: the longest
     prompt accepted (a longer one is an error naming its length). tool_stop_sequences: token sequences that
-    end a turn as a tool call (e.g. the tokens of `</tool_call>`)."""
+    end a turn as a tool call (e.g. the tokens of `</tool_call>`). tool_workers: threads that run a turn's
+    environment steps concurrently."""
 
     group_size: int = 4
     max_new_tokens: int = 32
@@ -74,10 +80,11 @@ class RolloutConfig:
     pad_id: int = 0
     prompt_bucket: int = 16
     tool_timeout_s: float = 10.0
+    tool_workers: int = 4
 
     def __post_init__(self):
         for name in ("group_size", "max_new_tokens", "max_turns", "max_response_tokens", "max_prompt_tokens",
-                     "prompt_bucket"):
+                     "prompt_bucket", "tool_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: expected >= 1")
         if self.max_observation_tokens < 0 or self.tool_timeout_s <= 0:
@@ -131,16 +138,8 @@ def _prefill_groups(graphdef: nnx.GraphDef, params: nnx.State, tokens, mask, *, 
     return start_state(cache, jnp.repeat(logits, group_size, axis=0))
 
 
-def _safe_step(pool: concurrent.futures.ThreadPoolExecutor, env: Environment, state: Any, text: str,
-               timeout: float) -> tuple[str | None, bool, float]:
-    """env.step, with a raise, an empty answer or a timeout turned into an observation that says so."""
-    future = pool.submit(env.step, state, text)
-    try:
-        result = future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        return f"Error: the tool call timed out after {timeout:g} s.", False, 0.0
-    except Exception as error:  # noqa: BLE001 (any failure of user code is reported to the policy)
-        return f"Error: the tool call raised {type(error).__name__}: {error}", False, 0.0
+def _step_result(result: Any) -> tuple[str | None, bool, float]:
+    """An environment's answer as (observation, done, reward), or an observation saying what was wrong with it."""
     if result is None:
         return "Error: the tool returned nothing.", False, 0.0
     try:
@@ -148,6 +147,60 @@ def _safe_step(pool: concurrent.futures.ThreadPoolExecutor, env: Environment, st
         return observation, bool(done), float(reward)
     except (TypeError, ValueError):
         return f"Error: the tool returned {type(result).__name__}, not (observation, done, reward).", False, 0.0
+
+
+# tool threads by (process, worker count), kept between rollouts; a forked child starts its own (threads do not fork)
+_POOLS: dict[tuple[int, int], concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _tool_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A pool of `workers` tool threads, reused across rollouts (starting threads costs more than a fast tool)."""
+    key = (os.getpid(), workers)
+    if key not in _POOLS:
+        _POOLS[key] = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tool")
+    return _POOLS[key]
+
+
+def _retire_pool(workers: int) -> None:
+    """Drop a pool one of whose threads may be stuck in a hung tool: the next rollout gets fresh threads and
+    nobody waits for the stuck one (it ends on its own, or with the process)."""
+    pool = _POOLS.pop((os.getpid(), workers), None)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_env_steps(pool: concurrent.futures.ThreadPoolExecutor, calls: Sequence[tuple[Environment, Any, str]],
+                   timeout: float) -> tuple[list[tuple[str | None, bool, float]], bool]:
+    """env.step(state, text) for every call, all submitted at once (one thread hand-off per call, not two);
+    a raise, an empty answer or a call running past `timeout` seconds from its own start becomes an
+    observation that says so. A call still queued (every worker busy with a hung tool) gets `timeout` from
+    the moment it is waited for; if it has not started by then it is cancelled and reported as timed out.
+    Returns the results in order and whether any call timed out."""
+    started: list[float | None] = [None] * len(calls)
+
+    def run(i: int, env: Environment, state: Any, text: str):
+        started[i] = time.monotonic()
+        return env.step(state, text)
+
+    futures = [pool.submit(run, i, *call) for i, call in enumerate(calls)]
+    results, timed_out = [], False
+    for i, future in enumerate(futures):
+        waited_from = time.monotonic()
+        while True:
+            start = started[i]
+            left = (waited_from if start is None else start) + timeout - time.monotonic()
+            try:
+                results.append(_step_result(future.result(timeout=max(left, 0.0))))
+            except concurrent.futures.TimeoutError:
+                if start is None and started[i] is not None:
+                    continue  # it started while we waited: it gets its own `timeout`
+                future.cancel()
+                timed_out = True
+                results.append((f"Error: the tool call timed out after {timeout:g} s.", False, 0.0))
+            except Exception as error:  # noqa: BLE001 (any failure of user code is reported to the policy)
+                results.append((f"Error: the tool call raised {type(error).__name__}: {error}", False, 0.0))
+            break
+    return results, timed_out
 
 
 def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequence[int]],
@@ -167,8 +220,8 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
     N = B * G
     tokens, mask = pad_prompts(prompts, pad_id=c.pad_id, bucket=c.prompt_bucket)
     P = tokens.shape[1]
-    # every turn may use max_new_tokens slots of decode and max_observation_tokens of observation
-    cache_size = P + c.max_turns * (c.max_new_tokens + c.max_observation_tokens)
+    # every turn may use max_new_tokens slots of decode; every turn but the last may append an observation
+    cache_size = P + c.max_turns * c.max_new_tokens + (c.max_turns - 1) * c.max_observation_tokens
     state = _prefill_groups(graphdef, params, jnp.asarray(tokens), jnp.asarray(mask), cache_size=cache_size,
                             group_size=G)
     sampling = c.sampling()
@@ -182,18 +235,26 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
     texts: list[list[str]] = [[] for _ in range(N)]
     eos = set(c.eos_tokens)
     active = np.ones((N,), bool)  # rows still in their episode
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    pool = _tool_pool(c.tool_workers)
+    timed_out = False
+    try:
         for turn in range(c.max_turns):
             state = state._replace(done=jnp.asarray(~active))
             out = continue_decoding(graphdef, params, state, jax.random.fold_in(key, turn), sampling)
             toks, lps, live = (np.asarray(x) for x in jax.device_get((out.tokens, out.sample_logprobs, out.mask)))
             observations: list[list[int]] = [[] for _ in range(N)]
-            for n in np.flatnonzero(active):
+            rows = np.flatnonzero(active)
+            actions = {}
+            for n in rows:
                 action = toks[n][live[n]].tolist()
-                response[n].extend((t, 1, float(lp)) for t, lp in zip(action, lps[n][live[n]]))
-                text = tokenizer.decode([t for t in action if t not in eos])
-                texts[n].append(text)
-                observation, done, reward = _safe_step(pool, envs[group[n]], env_states[n], text, c.tool_timeout_s)
+                response[n].extend(zip(action, [1] * len(action), lps[n][live[n]].tolist()))
+                texts[n].append(tokenizer.decode([t for t in action if t not in eos]))
+                actions[n] = action
+            results, hung = _run_env_steps(pool, [(envs[group[n]], env_states[n], texts[n][-1]) for n in rows],
+                                           c.tool_timeout_s)
+            timed_out |= hung
+            for n, (observation, done, reward) in zip(rows, results):
+                action = actions[n]
                 step_rewards[n, turn] = reward
                 step_positions[n, turn] = len(prompts[group[n]]) + len(response[n]) - 1 if action else -1
                 if done or (action and action[-1] in eos):
@@ -214,6 +275,9 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
                 break
             obs_tokens, obs_mask = _left_pad(observations, c.pad_id, max(c.max_observation_tokens, 1))
             state = append_tokens(graphdef, params, out.state, obs_tokens, obs_mask)
+    finally:
+        if timed_out:
+            _retire_pool(c.tool_workers)
     return _assemble(prompts, response, group, step_rewards, step_positions, num_tool_calls, finished, texts, c)
 
 

@@ -33,6 +33,7 @@ from core import sharding as sharding_lib
 from core import train as train_lib
 from core.checkpoint import Checkpointer
 from core.lm import lora as lora_lib
+from core.lm import model as model_lib
 from core.lm.logprobs import chunked_logprobs
 from core.optim import OptimizerConfig, make_optimizer
 from core.rl import advantages as adv_lib
@@ -86,20 +87,79 @@ def _shift_right(x: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
 
 
+def _shared_prompt_hidden(model, tokens: jax.Array, attention: jax.Array, prompts: dict[str, jax.Array],
+                          lora: lora_lib.LoraInputs | None) -> tuple[jax.Array, jax.Array]:
+    """Final hidden states before each response token, with each prompt run once for its whole group.
+
+    prompts: "tokens" / "mask" (B, P) the distinct prompts, left-padded; "group" (N,) each row's prompt;
+    "columns" (N, R) the columns of the row's response in `tokens`. The prompts fill a KV cache (B rows),
+    each row reads its prompt's copy and its response (N, R) attends to it, so the prompt's forward and
+    backward are paid once per group instead of G times (the G rows' gradients meet in the repeated
+    cache). Returns (hidden (N, R, D): hidden[:, j] is the state in which response token j is chosen,
+    the response tokens (N, R))."""
+    cols, group = prompts["columns"], prompts["group"]
+    response = jnp.take_along_axis(tokens, cols, axis=1)
+    response_mask = jnp.take_along_axis(attention, cols, axis=1)
+    B, P = prompts["tokens"].shape
+    cache = model_lib.init_cache(model.config, B, P + cols.shape[1])
+    first = model(prompts["tokens"], attention_mask=prompts["mask"], cache=cache, return_hidden=True, lora=lora)
+    c = first.cache
+    cache = model_lib.KVCache(k=c.k[:, group], v=c.v[:, group], valid=c.valid[group], positions=c.positions[group],
+                              index=c.index, lengths=c.lengths[group])
+    if lora is not None and lora.key is not None:  # the response pass draws its own dropout masks
+        lora = lora.replace(key=jax.random.fold_in(lora.key, 1))
+    rest = model(response, attention_mask=response_mask, cache=cache, return_hidden=True, lora=lora).hidden
+    # left padding puts every prompt's last token in column P - 1: its state chooses response token 0
+    hidden = jnp.concatenate([first.hidden[group, -1][:, None], rest[:, :-1]], axis=1)
+    return hidden, response
+
+
 def forward_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array, attention: jax.Array, *,
                    temperature: float, chunk_size: int, lora: lora_lib.LoraInputs | None = None,
-                   value_head: Any = None) -> dict[str, jax.Array]:
+                   value_head: Any = None, prompts: dict[str, jax.Array] | None = None) -> dict[str, jax.Array]:
     """One teacher-forced pass: per-token log-probs and entropies aligned to token columns (N, L), and values
     (N, L) when a value head is given: value[:, j] is the head on the hidden state before token j, the value
-    of the state in which token j is chosen (verl's critic alignment)."""
+    of the state in which token j is chosen (verl's critic alignment).
+
+    With `prompts` (see `_shared_prompt_hidden`) each distinct prompt is run once and only the response
+    columns are scored (prompt columns hold 0; every loss masks them out); without, every row's whole
+    sequence is run."""
     model = nnx.merge(graphdef, params, copy=True)
-    hidden = model(tokens, attention_mask=attention, return_hidden=True, lora=lora).hidden
-    lp, ent = chunked_logprobs(hidden, model.unembedding(), jnp.roll(tokens, -1, axis=1), chunk_size=chunk_size,
-                               temperature=temperature, with_entropy=True)
-    out = {"logprobs": _shift_right(lp), "entropy": _shift_right(ent)}
+    unembedding = model.unembedding()
+    kw = dict(chunk_size=chunk_size, temperature=temperature, with_entropy=True)
+    if prompts is None:
+        hidden = model(tokens, attention_mask=attention, return_hidden=True, lora=lora).hidden
+        lp, ent = chunked_logprobs(hidden, unembedding, jnp.roll(tokens, -1, axis=1), **kw)
+        out = {"logprobs": _shift_right(lp), "entropy": _shift_right(ent)}
+        if value_head is not None:
+            out["values"] = _shift_right(value_lib.value_from_hidden(value_head, hidden))
+        return out
+    hidden, response = _shared_prompt_hidden(model, tokens, attention, prompts, lora)
+    lp, ent = chunked_logprobs(hidden, unembedding, response, **kw)
+    rows, cols = jnp.arange(tokens.shape[0])[:, None], prompts["columns"]
+    place = lambda x: jnp.zeros(tokens.shape, x.dtype).at[rows, cols].set(x)  # noqa: E731
+    out = {"logprobs": place(lp), "entropy": place(ent)}
     if value_head is not None:
-        out["values"] = _shift_right(value_lib.value_from_hidden(value_head, hidden))
+        out["values"] = place(value_lib.value_from_hidden(value_head, hidden))
     return out
+
+
+def shared_prompts(roll: Rollout, config: RolloutConfig) -> dict[str, np.ndarray]:
+    """The shared-prompt layout of a rollout (`forward_scores(prompts=...)`): its distinct prompts left-padded
+    to the batch's longest (B, P), each row's prompt id (N,), and the columns of each row's
+    `max_response_tokens` response slots (N, R) in the right-padded (N, L) rows."""
+    group = np.asarray(roll.group)
+    _, first = np.unique(group, return_index=True)  # each prompt's first row (ids are 0 .. B - 1)
+    B, R = len(first), config.max_response_tokens
+    P = roll.tokens.shape[1] - R  # the rollout's rows are the longest prompt + R wide
+    tokens = np.full((B, P), config.pad_id, np.int32)
+    mask = np.zeros((B, P), bool)
+    for b, n in enumerate(first):
+        length = int(roll.prompt_lengths[n])
+        tokens[b, P - length:] = roll.tokens[n, :length]
+        mask[b, P - length:] = True
+    columns = (np.asarray(roll.prompt_lengths)[:, None] + np.arange(R)[None]).astype(np.int32)
+    return {"tokens": tokens, "mask": mask, "group": group.astype(np.int32), "columns": columns}
 
 
 class PromptStream:
@@ -164,9 +224,9 @@ class RLTrainer:
             return frozen["base"], lora_lib.LoraInputs(adapters=trainable["adapters"], config=self.config.lora, key=key)
         return trainable["policy"], None
 
-    def _score_fn(self, trainable, frozen, tokens, attention, *, which: str):
+    def _score_fn(self, trainable, frozen, tokens, attention, prompts, *, which: str):
         c = self.config
-        kw = dict(temperature=c.rollout.temperature or 1.0, chunk_size=c.chunk_size)
+        kw = dict(temperature=c.rollout.temperature or 1.0, chunk_size=c.chunk_size, prompts=prompts)
         if which == "reference":
             ref = frozen["base"] if c.lora is not None else frozen["reference"]
             return forward_scores(self.graphdef, ref, tokens, attention, **kw)
@@ -179,7 +239,7 @@ class RLTrainer:
         params, lora = self._policy_args(trainable, frozen, key)
         scores = forward_scores(self.graphdef, params, batch["tokens"], batch["attention"], lora=lora,
                                 temperature=c.rollout.temperature or 1.0, chunk_size=c.chunk_size,
-                                value_head=trainable.get("value_head"))
+                                value_head=trainable.get("value_head"), prompts=batch.get("prompts"))
         mask = batch["policy"]
         old = batch.get("old_logprobs")
         if old is None:  # one update per batch: the policy being updated is the old policy
@@ -229,14 +289,17 @@ class RLTrainer:
                        jax.random.fold_in(self.rollout_key, step), c.rollout)
         t1 = time.perf_counter()
         batch = self._place({"tokens": roll.tokens, "attention": roll.attention, "policy": roll.policy})
+        if self._shares_prompts:
+            batch["prompts"] = self._place_prompts(shared_prompts(roll, c.rollout))
+        prompts = batch.get("prompts")
         if not self._on_policy_single_update:
-            old = self._scores(self.state.params, self.state.frozen, batch["tokens"], batch["attention"],
+            old = self._scores(self.state.params, self.state.frozen, batch["tokens"], batch["attention"], prompts,
                                which="policy")
             batch["old_logprobs"] = old["logprobs"]
             if c.algorithm == "ppo":
                 batch["old_values"] = old["values"]
         if c.loss.kl_coef > 0:
-            ref = self._scores(self.state.params, self.state.frozen, batch["tokens"], batch["attention"],
+            ref = self._scores(self.state.params, self.state.frozen, batch["tokens"], batch["attention"], prompts,
                                which="reference")
             batch["ref_logprobs"] = ref["logprobs"]
         batch = jax.block_until_ready(self.advantages(batch, roll))
@@ -274,10 +337,24 @@ class RLTrainer:
             "update_seconds": t_update, **times})
         return record
 
+    @property
+    def _shares_prompts(self) -> bool:
+        """Score each distinct prompt once per group (`forward_scores(prompts=...)`): when every update sees
+        whole groups (one minibatch) and this process holds the whole batch."""
+        return self.config.minibatches == 1 and jax.process_count() == 1
+
     def _place(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         if self.mesh is None:
             return {k: jnp.asarray(v) for k, v in batch.items()}
         return sharding_lib.shard_batch(batch, self.mesh)
+
+    def _place_prompts(self, prompts: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """The distinct prompts on every device (each computes their forward), the per-row ids split by rows."""
+        distinct = {k: prompts[k] for k in ("tokens", "mask")}
+        rows = {k: prompts[k] for k in ("group", "columns")}
+        placed = {k: jnp.asarray(v) for k, v in distinct.items()} if self.mesh is None else (
+            sharding_lib.replicate(distinct, self.mesh))
+        return {**placed, **self._place(rows)}
 
     # --- the loop ------------------------------------------------------------------------------------
     def train(self, workdir: str | pathlib.Path, *, progress_bar: bool = True,

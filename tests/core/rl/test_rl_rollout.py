@@ -117,3 +117,48 @@ def test_a_prompt_longer_than_the_budget_is_an_error(tiny_policy, tokenizer):
     cfg = RolloutConfig(group_size=1, max_prompt_tokens=4)
     with pytest.raises(ValueError, match="prompt 1 has 5 tokens: expected 1 to max_prompt_tokens=4"):
         rollout(graphdef, params, PROMPTS, [Scripted()] * 2, PROMPTS, tokenizer, jax.random.key(0), cfg)
+
+
+def test_a_turns_tool_calls_run_together(tiny_policy, tokenizer):
+    """The 4 rows' calls of a turn are in flight at once on 4 workers: each waits at a 4-party barrier,
+    which breaks (and the call raises) unless all four are running together."""
+    import threading
+
+    config, graphdef, params = tiny_policy
+    barrier = threading.Barrier(4, timeout=5.0)
+
+    class Meet:
+        def reset(self, prompt):
+            return prompt
+
+        def step(self, state, action_text):
+            barrier.wait()
+            return None, True, 1.0
+
+    cfg = RolloutConfig(group_size=2, max_new_tokens=2, max_response_tokens=2, tool_workers=4, prompt_bucket=8)
+    out = rollout(graphdef, params, PROMPTS, [Meet()] * 2, PROMPTS, tokenizer, jax.random.key(0), cfg)
+    np.testing.assert_array_equal(out.rewards, 1.0)  # no call raised BrokenBarrierError
+
+
+def test_a_hung_tool_does_not_hold_a_thread_of_the_next_rollout(tiny_policy, tokenizer):
+    """One worker: the first rollout's tool hangs past its timeout; the next rollout gets fresh threads, so
+    its fast tool answers instead of queueing behind the hung one (and timing out)."""
+    config, graphdef, params = tiny_policy
+
+    class Env:
+        def __init__(self, delay):
+            self.delay = delay
+
+        def reset(self, prompt):
+            return prompt
+
+        def step(self, state, action_text):
+            time.sleep(self.delay)
+            return None, True, 1.0
+
+    cfg = RolloutConfig(group_size=1, max_new_tokens=2, max_response_tokens=2, tool_workers=1, tool_timeout_s=0.2,
+                        prompt_bucket=8)
+    hung = rollout(graphdef, params, PROMPTS[:1], [Env(1.5)], PROMPTS[:1], tokenizer, jax.random.key(0), cfg)
+    assert hung.rewards[0] == 0.0  # timed out
+    fast = rollout(graphdef, params, PROMPTS[:1], [Env(0.0)], PROMPTS[:1], tokenizer, jax.random.key(0), cfg)
+    assert fast.rewards[0] == 1.0

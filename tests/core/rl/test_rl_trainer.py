@@ -110,12 +110,14 @@ def test_the_grpo_loop_runs_and_updates_what_it_should_and_a_killed_run_resumes_
     assert resumed.stream.position == full.stream.position
 
 
-def test_data_parallel_step_equals_one_device(tiny_policy, devices):
-    """A whole RL step (rollout, scoring, 2 epochs x 2 minibatches of updates) with the batch split over 8
-    devices equals the one-device step. SGD, because Adam's m / sqrt(v) turns reduction-order rounding in
+@pytest.mark.parametrize("minibatches", [2, 1])  # 1: every update sees whole groups, prompts are scored once
+def test_data_parallel_step_equals_one_device(tiny_policy, devices, minibatches):
+    """A whole RL step (rollout, scoring, 2 epochs x `minibatches` minibatches of updates) with the batch split
+    over 8 devices equals the one-device step. SGD, because Adam's m / sqrt(v) turns reduction-order rounding in
     near-zero gradients into O(lr) differences."""
     rollout = RolloutConfig(group_size=4, max_new_tokens=4, max_response_tokens=4, temperature=1.0, prompt_bucket=8)
-    config = _config(prompts_per_step=4, rollout=rollout, optimizer=OptimizerConfig(name="sgd", lr=0.5))
+    config = _config(prompts_per_step=4, rollout=rollout, optimizer=OptimizerConfig(name="sgd", lr=0.5),
+                     minibatches=minibatches)
     one = _trainer(tiny_policy, config)
     eight = _trainer(tiny_policy, config, mesh=make_mesh(data=8))
     r1, r8 = one.step(0), eight.step(0)
@@ -125,3 +127,58 @@ def test_data_parallel_step_equals_one_device(tiny_policy, devices):
     moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
                 for a, b in zip(jax.tree.leaves(one.state.params), jax.tree.leaves(tiny_policy[2])))
     assert moved > 1e-4  # the updates did something
+
+
+class TwoTurns:
+    """Answers the first action with an observation of 1-3 tokens (so rows differ in length), then done."""
+
+    def reset(self, prompt):
+        return {"turns": 0}
+
+    def step(self, state, action_text):
+        state["turns"] += 1
+        if state["turns"] == 1:
+            return " ".join(["30"] * (1 + len(action_text) % 3)), False, 0.0
+        return None, True, 1.0
+
+
+def test_shared_prompt_scores_equal_whole_sequence_scores(tiny_policy):
+    """Each prompt run once per group (forward_scores(prompts=...)) gives the whole-sequence pass's log-probs,
+    entropies and values on every response column (policy and observation tokens), and the same gradients,
+    with LoRA adapters on: prompts of 2-5 tokens, two turns with observations, rows of different lengths."""
+    from core.lm import lora as lora_lib
+    from core.rl import value as value_lib
+    from core.rl.rollout import rollout
+    from core.rl.trainer import forward_scores, shared_prompts
+
+    config, graphdef, params = tiny_policy
+    cfg = RolloutConfig(group_size=3, max_new_tokens=3, max_turns=2, max_response_tokens=9, temperature=1.0,
+                        max_observation_tokens=3, prompt_bucket=8)
+    prompts = [PROMPTS[i] for i in (2, 4, 0)]
+    roll = rollout(graphdef, params, prompts, [TwoTurns()] * 3, prompts, Tok(), jax.random.key(3), cfg)
+    assert roll.observation.any() and len(set(roll.policy.sum(1) + roll.observation.sum(1))) > 1
+    lcfg = LoraConfig(rank=2, targets=("q_proj", "v_proj", "down_proj"))
+    adapters = jax.tree.map(lambda x: x + 0.05, lora_lib.init_lora(config, lcfg, jax.random.key(1)))  # B != 0
+    head = value_lib.init_value_head(config.hidden_size, jax.random.key(2))
+    shared = jax.tree.map(jax.numpy.asarray, shared_prompts(roll, cfg))
+    tokens, attention = jax.numpy.asarray(roll.tokens), jax.numpy.asarray(roll.attention)
+    response = np.asarray(roll.policy | roll.observation)
+
+    def scores(adapters, head, prompts):
+        lora = lora_lib.LoraInputs(adapters=adapters, config=lcfg)
+        return forward_scores(graphdef, params, tokens, attention, temperature=0.7, chunk_size=16, lora=lora,
+                              value_head=head, prompts=prompts)
+
+    whole, once = scores(adapters, head, None), scores(adapters, head, shared)
+    for name in ("logprobs", "entropy", "values"):
+        np.testing.assert_allclose(np.asarray(once[name])[response], np.asarray(whole[name])[response], atol=2e-5,
+                                   err_msg=name)
+    assert float(np.abs(np.asarray(whole["logprobs"])[response]).min()) > 0  # real scores were compared
+
+    def objective(adapters, head, prompts):
+        out = scores(adapters, head, prompts)
+        return (jax.numpy.where(response, out["logprobs"] + out["values"], 0.0)).sum()
+
+    grads_whole = jax.grad(objective, argnums=(0, 1))(adapters, head, None)
+    grads_once = jax.grad(objective, argnums=(0, 1))(adapters, head, shared)
+    assert_trees_close(grads_once, grads_whole, atol=2e-4, rtol=2e-4)
