@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -227,7 +228,10 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
     sampling = c.sampling()
     group = np.repeat(np.arange(B), G)
     env_states = [envs[group[n]].reset(env_prompts[group[n]]) for n in range(N)]
-    response: list[list[tuple[int, int, float]]] = [[] for _ in range(N)]  # (token, kind 1 policy / 2 obs, lp)
+    # each row's response so far: tokens, kinds (1 policy, 2 observation) and sampling log-probs (0 for obs)
+    response: list[list[int]] = [[] for _ in range(N)]
+    kinds: list[list[int]] = [[] for _ in range(N)]
+    logprobs: list[list[float]] = [[] for _ in range(N)]
     step_rewards = np.zeros((N, c.max_turns), np.float32)
     step_positions = np.full((N, c.max_turns), -1, np.int32)
     num_tool_calls = np.zeros((N,), np.int32)
@@ -244,10 +248,14 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
             toks, lps, live = (np.asarray(x) for x in jax.device_get((out.tokens, out.sample_logprobs, out.mask)))
             observations: list[list[int]] = [[] for _ in range(N)]
             rows = np.flatnonzero(active)
+            counts = live.sum(axis=1)  # a row's live tokens are a prefix of the turn's columns
+            toks, lps = toks.tolist(), lps.tolist()
             actions = {}
             for n in rows:
-                action = toks[n][live[n]].tolist()
-                response[n].extend(zip(action, [1] * len(action), lps[n][live[n]].tolist()))
+                action = toks[n][:counts[n]]
+                response[n] += action
+                kinds[n] += [1] * len(action)
+                logprobs[n] += lps[n][:counts[n]]
                 texts[n].append(tokenizer.decode([t for t in action if t not in eos]))
                 actions[n] = action
             results, hung = _run_env_steps(pool, [(envs[group[n]], env_states[n], texts[n][-1]) for n in rows],
@@ -270,7 +278,9 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
                     active[n] = False  # out of turns or budget, or nothing to go on with
                     continue
                 observations[n] = obs
-                response[n].extend((t, 2, 0.0) for t in obs)
+                response[n] += obs
+                kinds[n] += [2] * len(obs)
+                logprobs[n] += [0.0] * len(obs)
             if not active.any():
                 break
             obs_tokens, obs_mask = _left_pad(observations, c.pad_id, max(c.max_observation_tokens, 1))
@@ -278,7 +288,8 @@ def rollout(graphdef: nnx.GraphDef, params: nnx.State, prompts: Sequence[Sequenc
     finally:
         if timed_out:
             _retire_pool(c.tool_workers)
-    return _assemble(prompts, response, group, step_rewards, step_positions, num_tool_calls, finished, texts, c)
+    return _assemble(prompts, (response, kinds, logprobs), group, step_rewards, step_positions, num_tool_calls,
+                     finished, texts, c)
 
 
 def _left_pad(rows: list[list[int]], pad_id: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -293,25 +304,27 @@ def _left_pad(rows: list[list[int]], pad_id: int, width: int) -> tuple[np.ndarra
 
 def _assemble(prompts, response, group, step_rewards, step_positions, num_tool_calls, finished, texts,
               c: RolloutConfig) -> Rollout:
-    N = len(response)
+    """The right-padded (N, L) arrays from each row's prompt and (tokens, kinds, log-probs) response lists."""
+    tokens_r, kinds_r, logprobs_r = ([x[:c.max_response_tokens] for x in part] for part in response)
+    N = len(tokens_r)
     L = max(len(p) for p in prompts) + c.max_response_tokens
+    prompt_lengths = np.array([len(prompts[g]) for g in group], np.int32)
+    response_lengths = np.array([len(r) for r in tokens_r], np.int32)
+    lengths = prompt_lengths + response_lengths
+    # every row's prompt then response, flattened, written at (row, column) in one go
+    rows = np.repeat(np.arange(N), lengths)
+    cols = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    flat = list(itertools.chain.from_iterable(x for n in range(N) for x in (prompts[group[n]], tokens_r[n])))
+    is_response = cols >= np.repeat(prompt_lengths, lengths)
     tokens = np.full((N, L), c.pad_id, np.int32)
+    tokens[rows, cols] = flat
     attention = np.zeros((N, L), bool)
-    policy = np.zeros((N, L), bool)
-    observation = np.zeros((N, L), bool)
+    attention[rows, cols] = True
+    kind = np.zeros((N, L), np.int32)
+    kind[rows[is_response], cols[is_response]] = list(itertools.chain.from_iterable(kinds_r))
     sample_lp = np.zeros((N, L), np.float32)
-    prompt_lengths = np.zeros((N,), np.int32)
-    for n in range(N):
-        p = list(prompts[group[n]])
-        r = response[n][:c.max_response_tokens]
-        seq = p + [t for t, _, _ in r]
-        tokens[n, :len(seq)] = seq
-        attention[n, :len(seq)] = True
-        kinds = np.array([k for _, k, _ in r], np.int32)
-        policy[n, len(p):len(seq)] = kinds == 1
-        observation[n, len(p):len(seq)] = kinds == 2
-        sample_lp[n, len(p):len(seq)] = [lp for _, _, lp in r]
-        prompt_lengths[n] = len(p)
+    sample_lp[rows[is_response], cols[is_response]] = list(itertools.chain.from_iterable(logprobs_r))
+    policy, observation = kind == 1, kind == 2
     step_positions = np.where(step_positions < L, step_positions, -1)
     return Rollout(tokens=tokens, attention=attention, policy=policy, observation=observation,
                    prompt_lengths=prompt_lengths, sample_logprobs=sample_lp, group=group,

@@ -169,6 +169,7 @@ class PromptStream:
         if size < per_step:
             raise ValueError(f"{size} prompts: expected at least prompts_per_step={per_step}")
         self.size, self.per_step, self.seed, self.position = size, per_step, seed, 0
+        self._order: tuple[int, np.ndarray] | None = None  # (epoch, its permutation), drawn once per epoch
 
     def next(self) -> np.ndarray:
         idx = [self._at(self.position + i) for i in range(self.per_step)]
@@ -177,7 +178,9 @@ class PromptStream:
 
     def _at(self, i: int) -> int:
         epoch, offset = divmod(i, self.size)
-        return int(np.random.default_rng([self.seed, epoch]).permutation(self.size)[offset])
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.size))
+        return int(self._order[1][offset])
 
     def state(self) -> dict:
         return {"position": self.position}

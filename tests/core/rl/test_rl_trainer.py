@@ -182,3 +182,15 @@ def test_shared_prompt_scores_equal_whole_sequence_scores(tiny_policy):
     grads_whole = jax.grad(objective, argnums=(0, 1))(adapters, head, None)
     grads_once = jax.grad(objective, argnums=(0, 1))(adapters, head, shared)
     assert_trees_close(grads_once, grads_whole, atol=2e-4, rtol=2e-4)
+
+
+def test_the_prompt_stream_is_a_seeded_permutation_per_pass_and_restores_mid_pass():
+    from core.rl.trainer import PromptStream
+
+    stream = PromptStream(5, 2, seed=3)
+    drawn = np.concatenate([stream.next() for _ in range(5)])
+    expected = np.concatenate([np.random.default_rng([3, epoch]).permutation(5) for epoch in (0, 1)])
+    np.testing.assert_array_equal(drawn, expected)
+    resumed = PromptStream(5, 2, seed=3)
+    resumed.restore({"position": 4})  # inside the first pass; the next draw crosses into the second
+    np.testing.assert_array_equal(np.concatenate([resumed.next() for _ in range(3)]), expected[4:10])
