@@ -32,6 +32,10 @@ from flax import nnx
 from core.lm import model as model_lib
 from core.lm.hooks import Hooks
 
+# decode draws the sampling noise of all its steps before the loop when it has at most this many values
+# (steps x rows x vocabulary; 4 MB of float32), else step by step inside the loop; the tokens are the same
+PRECOMPUTED_NOISE_MAX = 1 << 20
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplingConfig:
@@ -186,7 +190,16 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
     stop_mask = np.zeros((V,), bool)  # the stop tokens that min_new_tokens holds back
     stop_mask[[t for t in s.stop_tokens if 0 <= t < V]] = True
 
-    def emit(logits, key, done, step):
+    def gumbel(step):  # what jax.random.categorical adds to the processed logits at generation step `step`
+        return jax.random.gumbel(jax.random.fold_in(key, step), (B, V), jnp.float32)
+
+    # With little noise in all, draw every step's at once before the loop (the same values: the same keys
+    # and shapes), instead of two small rolled threefry loops per step, which cost more than a small model.
+    noise = None
+    if s.temperature > 0.0 and N * B * V <= PRECOMPUTED_NOISE_MAX:
+        noise = jax.vmap(gumbel)(state.step + jnp.arange(N))
+
+    def emit(logits, i, done, step):
         if s.min_new_tokens > 0:
             logits = jnp.where((step < s.min_new_tokens) & stop_mask[None, :], -jnp.inf, logits)
         raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -195,7 +208,7 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
             sample_lp = jnp.zeros((B,), jnp.float32)
         else:
             processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-            tok = jax.random.categorical(key, processed, axis=-1).astype(jnp.int32)
+            tok = jnp.argmax(processed + (gumbel(step) if noise is None else noise[i]), axis=-1).astype(jnp.int32)
             sample_lp = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), tok[:, None], axis=-1)[:, 0]
         lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
         live = ~done
@@ -207,7 +220,7 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
 
     def body(carry):
         i, st, recent, toks, lps, slps, lives, stopped = carry
-        tok, lp, slp, live = emit(st.logits, jax.random.fold_in(key, st.step), st.done, st.step)
+        tok, lp, slp, live = emit(st.logits, i, st.done, st.step)
         recent = jnp.concatenate([recent[:, 1:], tok[:, None]], axis=1)
         hit = jnp.isin(tok, stop)
         for q in s.stop_sequences:

@@ -247,8 +247,12 @@ class RLTrainer:
         old = batch.get("old_logprobs")
         if old is None:  # one update per batch: the policy being updated is the old policy
             old = jax.lax.stop_gradient(scores["logprobs"])
-        loss, metrics = loss_lib.policy_loss(scores["logprobs"], old, batch.get("ref_logprobs"), batch["advantages"],
-                                             mask, scores["entropy"], c.loss)
+        ref = batch.get("ref_logprobs")
+        if ref is None and c.loss.kl_coef > 0:  # one update per batch: the reference pass is part of it
+            ref = jax.lax.stop_gradient(self._score_fn(trainable, frozen, batch["tokens"], batch["attention"],
+                                                       batch.get("prompts"), which="reference")["logprobs"])
+        loss, metrics = loss_lib.policy_loss(scores["logprobs"], old, ref, batch["advantages"], mask,
+                                             scores["entropy"], c.loss)
         if c.algorithm == "ppo":
             vloss = loss_lib.value_loss(scores["values"], batch["old_values"], batch["returns"], mask,
                                         clip=c.value_clip, aggregation=c.loss.aggregation)
@@ -274,8 +278,9 @@ class RLTrainer:
     @property
     def _on_policy_single_update(self) -> bool:
         """One update per rollout batch: the old policy is the policy being updated, so its log-probs are the
-        loss's own (stop-gradient), and the separate scoring pass is skipped (as TRL does); PPO still needs
-        the old values."""
+        loss's own (stop-gradient), and the separate scoring pass is skipped (as TRL does); the reference's
+        log-probs are computed inside the update's program (one program instead of two); PPO still needs
+        the old values before its advantages."""
         c = self.config
         return c.epochs == 1 and c.minibatches == 1 and c.algorithm != "ppo"
 
@@ -301,7 +306,7 @@ class RLTrainer:
             batch["old_logprobs"] = old["logprobs"]
             if c.algorithm == "ppo":
                 batch["old_values"] = old["values"]
-        if c.loss.kl_coef > 0:
+        if c.loss.kl_coef > 0 and not self._on_policy_single_update:  # else the update scores the reference
             ref = self._scores(self.state.params, self.state.frozen, batch["tokens"], batch["attention"], prompts,
                                which="reference")
             batch["ref_logprobs"] = ref["logprobs"]

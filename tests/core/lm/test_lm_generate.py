@@ -269,3 +269,27 @@ def test_generation_with_unmerged_lora_equals_the_merged_model(tiny_lm):
     np.testing.assert_array_equal(np.asarray(unmerged.tokens), np.asarray(merged.tokens))
     np.testing.assert_allclose(np.asarray(unmerged.logprobs), np.asarray(merged.logprobs), atol=1e-5)
     assert not np.allclose(np.asarray(unmerged.logprobs), np.asarray(plain.logprobs), atol=1e-3)
+
+
+def test_noise_drawn_before_the_loop_samples_the_tokens_drawn_inside_it(tiny_lm, monkeypatch):
+    """Small decodes draw every step's Gumbel noise before the loop; the tokens and log-probs are exactly
+    those of drawing it step by step (the contract: step s samples with fold_in(key, s))."""
+    import importlib
+
+    generate_lib = importlib.import_module("core.lm.generate")  # the package re-exports a function of that name
+    config, graphdef, params, apply = tiny_lm
+    tokens, mask = pad_prompts(PROMPTS, bucket=8)
+    sampling = SamplingConfig(max_new_tokens=6, temperature=1.3, top_k=7)
+
+    def run():
+        logits, cache = generate_lib.prefill(graphdef, params, jnp.asarray(tokens), jnp.asarray(mask), cache_size=14)
+        state = generate_lib.start_state(cache, logits)._replace(step=jnp.asarray(3, jnp.int32))  # a continuation
+        return jax.jit(lambda p, st: generate_lib.decode(graphdef, p, st, jax.random.key(11), sampling))(params, state)
+
+    assert 6 * len(PROMPTS) * config.vocab_size <= generate_lib.PRECOMPUTED_NOISE_MAX
+    before = run()
+    monkeypatch.setattr(generate_lib, "PRECOMPUTED_NOISE_MAX", 0)
+    inside = run()
+    for field in ("tokens", "logprobs", "sample_logprobs", "mask"):
+        np.testing.assert_array_equal(np.asarray(getattr(before, field)), np.asarray(getattr(inside, field)), field)
+    assert len(np.unique(np.asarray(before.tokens))) > 3  # sampled, not a constant
