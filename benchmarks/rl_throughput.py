@@ -23,9 +23,11 @@ What is timed, per step after `--warmup` steps (compile / first-call steps) are 
   `_generate`, which tokenizes the prompts, calls `model.generate` and decodes);
 - update: ours `update_seconds` (the jitted loss, gradient and optimizer step); TRL: from the end of
   `_generate_and_score_completions` to `on_step_end` (forward, backward, clipping, AdamW step);
-- the rest of the step (step - rollout - update) is scoring: ours computes the old-policy and reference
-  log-probs (two teacher-forced passes) and advantages; TRL computes rewards, the reference log-probs and
-  advantages (on-policy with one update it skips the old-policy pass, using the detached current log-probs).
+- the rest of the step (step - rollout - update) is scoring. With one update per batch both skip the old-policy
+  pass (using the detached current log-probs). TRL computes rewards, the reference log-probs and advantages;
+  ours computes the reference log-probs inside the update's program (so its update column includes that
+  pass) and its scoring is the advantages and the batch's assembly. Each side scores prompts as its library
+  does: TRL runs every row's prompt + completion, ours each distinct prompt once per group.
 
 Every measurement is its own process (`--worker ours|trl`); the two alternate, `--processes` pairs, so both see
 the same machine, each pinned to the same 2 CPUs (`worker_cpus`). Run it alone on an idle machine (the load
@@ -314,8 +316,9 @@ SECTION = f"""
 GRPO steps on the rl_toy model, ours against TRL's `GRPOTrainer` (torch CPU, {TORCH_THREADS} threads, no vLLM): the
 same weights, G, prompts per step, fixed completion length, learning rate, KL coefficient and one update per
 rollout batch, each measurement in its own process pinned to the same {TORCH_THREADS} CPUs. Rollout is sampling,
-update is the optimizer step's forward and backward, and the rest of a step is scoring (reference log-probs,
-rewards, advantages); `benchmarks/rl_throughput.py` says exactly what is timed on each side.
+update is the optimizer step's forward and backward (ours: with the reference pass inside it), and the rest of
+a step is scoring (TRL: reference log-probs, rewards, advantages; ours: advantages);
+`benchmarks/rl_throughput.py` says exactly what is timed on each side.
 
 <!-- results:{NAME} -->
 <!-- /results:{NAME} -->
