@@ -138,6 +138,15 @@ def process_logits(logits: jax.Array, *, temperature: float, top_k: int = 0, top
     return logits
 
 
+def argmax_last(x: jax.Array) -> jax.Array:
+    """`jnp.argmax(x, axis=-1)` (the first maximum; the first NaN if any) as int32, from single-output
+    reductions: XLA:CPU runs argmax's two-output reduce several times slower, which a decode step over a large
+    vocabulary pays every token."""
+    top = jnp.max(x, axis=-1, keepdims=True)
+    index = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+    return jnp.min(jnp.where((x == top) | jnp.isnan(x), index, x.shape[-1]), axis=-1)
+
+
 def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float = 0.0, top_k: int = 0,
                   top_p: float = 1.0) -> jax.Array:
     """Sample one token per row of logits (B, V). Static temperature/top_k/top_p."""
@@ -175,8 +184,9 @@ def start_state(cache: model_lib.KVCache, logits: jax.Array) -> DecodeState:
 
 def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: jax.Array,
            sampling: SamplingConfig, *, hooks: Hooks | None = None, use_kernel: bool = False,
-           lora: Any = None) -> GenerateOutput:
+           lora: Any = None, unembedding: jax.Array | None = None) -> GenerateOutput:
     """Sample up to `max_new_tokens` tokens from `state`, stopping early once every row is done. Jittable.
+    `unembedding`: an LM head (D, V) to use in place of the model's (see `Transformer.__call__`).
 
     The token of generation step s is drawn with `fold_in(key, s)` (s counts from the generation's start,
     across continued calls). The cache must have `max_new_tokens` free slots.
@@ -204,11 +214,11 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
             logits = jnp.where((step < s.min_new_tokens) & stop_mask[None, :], -jnp.inf, logits)
         raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
         if s.temperature == 0.0:
-            tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            tok = argmax_last(logits)
             sample_lp = jnp.zeros((B,), jnp.float32)
         else:
             processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-            tok = jnp.argmax(processed + (gumbel(step) if noise is None else noise[i]), axis=-1).astype(jnp.int32)
+            tok = argmax_last(processed + (gumbel(step) if noise is None else noise[i]))
             sample_lp = jnp.take_along_axis(jax.nn.log_softmax(processed, axis=-1), tok[:, None], axis=-1)[:, 0]
         lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
         live = ~done
@@ -228,7 +238,7 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
                 st.step + 1 >= max(len(q), s.min_new_tokens))
         hit &= live
         out = model(tok[:, None], attention_mask=live[:, None], cache=st.cache, hooks=hooks, use_kernel=use_kernel,
-                    lora=lora)
+                    lora=lora, unembedding=unembedding)
         logits = jnp.where(live[:, None], out.logits[:, -1], st.logits)
         st = DecodeState(cache=out.cache, logits=logits, done=st.done | hit, step=st.step + 1)
         col = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None], (0, i))  # noqa: E731
@@ -244,12 +254,12 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "cache_size", "use_kernel"))
-def _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora, *, sampling,
-              cache_size, use_kernel):
+def _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora, unembedding, *,
+              sampling, cache_size, use_kernel):
     logits, cache = prefill(graphdef, params, tokens, mask, cache_size=cache_size, hooks=prefill_hooks,
                             inputs_embeds=inputs_embeds, lora=lora)
     return decode(graphdef, params, start_state(cache, logits), key, sampling, hooks=decode_hooks,
-                  use_kernel=use_kernel, lora=lora)
+                  use_kernel=use_kernel, lora=lora, unembedding=unembedding)
 
 
 def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, mask: jax.Array,
@@ -278,7 +288,10 @@ def generate(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None
     if P + sampling.max_new_tokens > cache_size:
         raise ValueError(f"prompt length {P} + max_new_tokens {sampling.max_new_tokens}: expected at most "
                          f"cache_size={cache_size}; the prompt is longer than the cache allows")
-    return _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora,
+    unembedding = None
+    if "lm_head" not in params:  # tied: decode reads a row-major copy of the embedding's transpose, which
+        unembedding = jnp.transpose(params["embed_tokens"][...])  # XLA:CPU streams faster than the transpose
+    return _generate(graphdef, params, tokens, mask, inputs_embeds, key, prefill_hooks, decode_hooks, lora, unembedding,
                      sampling=sampling, cache_size=cache_size, use_kernel=use_kernel)
 
 

@@ -299,7 +299,8 @@ class Transformer(nnx.Module):
 
     def _block(self, i: int, x: jax.Array, cache_k: jax.Array | None, cache_v: jax.Array | None,
                ctx: _Context) -> tuple[jax.Array, jax.Array | None, jax.Array | None, dict]:
-        """Block `i` on residual x (B, T, D): returns (new x, the layer's updated cache k/v or None, reads)."""
+        """Block `i` on residual x (B, T, D), with every layer's cache keys / values (L, B, S, KVH, Dh) or None:
+        returns (new x, the caches with this layer's new keys / values written in place, reads)."""
         layer, hooks, dt = self.layers[i], ctx.hooks, x.dtype
         reads = {}
         x = hooks.on_residual(i, x)
@@ -316,17 +317,20 @@ class Transformer(nnx.Module):
         if cache_k is None:
             heads = attention(q, k, v, ctx.mask, return_probs=want_probs)
         else:
-            cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, ctx.cache_index, 0, 0))
-            cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, ctx.cache_index, 0, 0))
+            # written into the stacked caches (in place), not into a layer copy restacked afterwards
+            at = (i, 0, ctx.cache_index, 0, 0)
+            cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype)[None], at)
+            cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype)[None], at)
+            layer_k, layer_v = cache_k[i].astype(dt), cache_v[i].astype(dt)
             if ctx.use_kernel and q.shape[1] == 1:
                 if want_probs:
                     raise ValueError("Capture(patterns=True) with use_kernel=True: the Pallas decode kernel does not "
                                      "form attention probabilities; expected use_kernel=False to capture them")
                 from core.lm.kernels import decode_attention
 
-                heads = decode_attention(q[:, 0], cache_k.astype(dt), cache_v.astype(dt), ctx.mask[:, 0])[:, None]
+                heads = decode_attention(q[:, 0], layer_k, layer_v, ctx.mask[:, 0])[:, None]
             else:
-                heads = attention(q, cache_k.astype(dt), cache_v.astype(dt), ctx.mask, return_probs=want_probs)
+                heads = attention(q, layer_k, layer_v, ctx.mask, return_probs=want_probs)
         if want_probs:
             heads, probs = heads
             reads["patterns"] = cap.gather(probs, axis=2)
@@ -352,7 +356,8 @@ class Transformer(nnx.Module):
                  positions: jax.Array | None = None, attention_mask: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, cache: KVCache | None = None, hooks: Hooks | None = None,
                  use_kernel: bool = False, logits_positions: jax.Array | None = None,
-                 return_hidden: bool = False, remat: str = "none", lora: LoraInputs | None = None) -> Output:
+                 return_hidden: bool = False, remat: str = "none", lora: LoraInputs | None = None,
+                 unembedding: jax.Array | None = None) -> Output:
         """tokens: (B, T) int, or inputs_embeds: (B, T, D) (e.g. an encoder's prefix concatenated with
         `embed(tokens)`); positions then follow attention_mask as for tokens.
         attention_mask: (B, T), True for real tokens (padding may be anywhere).
@@ -362,6 +367,8 @@ class Transformer(nnx.Module):
         return_hidden: return the final hidden states (after the final norm) and skip the LM head.
         remat: rematerialise each block in the backward pass with a `remat_policy` ("none" = off).
         lora: `core.lm.lora.LoraInputs` (adapters, config, dropout key): add the LoRA branches.
+        unembedding: the (D, V) LM head to use instead of `self.unembedding()` (the same values; `generate`
+        passes a row-major copy of a tied embedding's transpose, which XLA:CPU streams faster when decoding).
         """
         c = self.config
         hooks = hooks if hooks is not None else Hooks()
@@ -400,15 +407,14 @@ class Transformer(nnx.Module):
                        lora=lora)
 
         policy = remat_policy(remat) if remat != "none" else None
-        reads, new_k, new_v = [], [], []
+        reads = []
+        cache_k, cache_v = (None, None) if cache is None else (cache.k, cache.v)
         for i in range(c.num_layers):
             block = functools.partial(self._block, i, ctx=ctx)
             if policy is not None:  # the weights and ctx are closed over: only activations are rematerialised
                 block = jax.checkpoint(block, policy=policy)
-            x, k_i, v_i, r = block(x, None if cache is None else cache.k[i], None if cache is None else cache.v[i])
+            x, cache_k, cache_v, r = block(x, cache_k, cache_v)
             reads.append(r)
-            new_k.append(k_i)
-            new_v.append(v_i)
         x = hooks.on_residual(c.num_layers, x)
         captured = {}
         if hooks.capture is not None and hooks.capture.residual:
@@ -424,11 +430,11 @@ class Transformer(nnx.Module):
         if cache is not None:
             new_positions = jax.lax.dynamic_update_slice(cache.positions, jnp.where(mask_t, positions, 0),
                                                          (0, cache.index))
-            new_cache = KVCache(k=jnp.stack(new_k), v=jnp.stack(new_v), valid=new_valid, positions=new_positions,
+            new_cache = KVCache(k=cache_k, v=cache_v, valid=new_valid, positions=new_positions,
                                 index=cache.index + T, lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
         if return_hidden:
             return Output(logits=None, cache=new_cache, captured=captured, hidden=x)
-        logits = x @ self.unembedding()
+        logits = x @ (self.unembedding() if unembedding is None else unembedding.astype(x.dtype))
         return Output(logits=logits.astype(jnp.float32), cache=new_cache, captured=captured)
 
     def _input(self, tokens: jax.Array | None, inputs_embeds: jax.Array | None) -> jax.Array:

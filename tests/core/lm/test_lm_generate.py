@@ -293,3 +293,18 @@ def test_noise_drawn_before_the_loop_samples_the_tokens_drawn_inside_it(tiny_lm,
     for field in ("tokens", "logprobs", "sample_logprobs", "mask"):
         np.testing.assert_array_equal(np.asarray(getattr(before, field)), np.asarray(getattr(inside, field)), field)
     assert len(np.unique(np.asarray(before.tokens))) > 3  # sampled, not a constant
+
+
+def test_argmax_last_is_jnp_argmax():
+    """Ties (the first wins), -inf rows, NaNs (the first NaN wins, as jnp.argmax) and random rows."""
+    import importlib
+
+    argmax_last = importlib.import_module("core.lm.generate").argmax_last
+    x = np.random.default_rng(0).standard_normal((64, 37)).astype(np.float32)
+    x[0, [3, 9]] = 10.0
+    x[1] = -np.inf
+    x[2, [5, 20]] = np.nan
+    x[3, 7:] = x[3, :30].max() + 1.0
+    got, want = np.asarray(argmax_last(jnp.asarray(x))), np.asarray(jnp.argmax(jnp.asarray(x), axis=-1))
+    np.testing.assert_array_equal(got, want)
+    assert got[:4].tolist() == [3, 0, 5, 7]
