@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.custom_derivatives import SymbolicZero
 
 
 def chunked_logprobs(hidden: jax.Array, unembedding: jax.Array, targets: jax.Array, *, chunk_size: int = 4096,
@@ -79,38 +80,52 @@ def _chunked(hidden, w, targets, chunk, temperature):
 
 
 def _chunked_fwd(hidden, w, targets, chunk, temperature):
-    out, (lse, mean_z) = _forward(hidden, w, targets, chunk, temperature)
-    return out, (hidden, w, targets, lse, mean_z)
+    """With symbolic zeros: `perturbed` says which inputs are differentiated. The flags travel to the backward
+    in the residuals' structure (() or None), so a frozen head (LoRA, a reference model) gets no weight
+    gradient: inside the scan over blocks XLA could not drop that unused output."""
+    out, (lse, mean_z) = _forward(hidden.value, w.value, targets.value, chunk, temperature)
+    flags = tuple(() if x.perturbed else None for x in (hidden, w))
+    return out, (hidden.value, w.value, targets.value, lse, mean_z, flags)
 
 
 def _chunked_bwd(chunk, temperature, residuals, cotangents):
-    """dz_j = g_lp (onehot_j - p_j) - g_ent p_j (z_j - E_p z), z = h w / temperature, per vocabulary block."""
-    hidden, w, targets, lse, mean_z = residuals
-    g_lp, g_ent = (jnp.asarray(g, jnp.float32) for g in cotangents)
+    """dz_j = g_lp (onehot_j - p_j) - g_ent p_j (z_j - E_p z), z = h w / temperature, per vocabulary block;
+    only the gradients of the differentiated inputs, and only the terms of the outputs that are used."""
+    hidden, w, targets, lse, mean_z, (want_hidden, want_w) = residuals
+    g_lp, g_ent = (None if isinstance(g, SymbolicZero) else jnp.asarray(g, jnp.float32) for g in cotangents)
+    want_hidden, want_w = want_hidden is not None, want_w is not None
+    D, V = w.shape
+    if (g_lp is None and g_ent is None) or not (want_hidden or want_w):
+        return None, None, None
     blocks, in_vocab = _blocks(w, chunk)
 
     def block(d_hidden, xs):
         w_c, ok = xs
         z = _block_logits(hidden, w_c, ok, temperature)
         p = jnp.exp(z - lse[..., None])  # 0 outside the vocabulary
-        dz = (-p * (g_lp[..., None] + g_ent[..., None] * (jnp.where(ok, z, 0.0) - mean_z[..., None]))
-              / temperature).astype(hidden.dtype)
-        d_hidden = d_hidden + jnp.einsum("btc,dc->btd", dz, w_c, preferred_element_type=jnp.float32)
-        d_w = jnp.einsum("btd,btc->dc", hidden, dz, preferred_element_type=jnp.float32)
+        g = 0.0 if g_lp is None else g_lp[..., None]
+        if g_ent is not None:
+            g = g + g_ent[..., None] * (jnp.where(ok, z, 0.0) - mean_z[..., None])
+        dz = (-p * g / temperature).astype(hidden.dtype)
+        if want_hidden:
+            d_hidden = d_hidden + jnp.einsum("btc,dc->btd", dz, w_c, preferred_element_type=jnp.float32)
+        d_w = jnp.einsum("btd,btc->dc", hidden, dz, preferred_element_type=jnp.float32) if want_w else None
         return d_hidden, d_w
 
     d_hidden, d_blocks = jax.lax.scan(block, jnp.zeros(hidden.shape, jnp.float32), (blocks, in_vocab))
-    D, V = w.shape
-    d_w = d_blocks.transpose(1, 0, 2).reshape(D, -1)[:, :V]
-    # the one-hot term: d target_logit = g_lp / temperature
-    g_t = (g_lp / temperature).astype(jnp.float32)
-    cols = jnp.clip(targets, 0, V - 1)
-    d_hidden = d_hidden + g_t[..., None] * jnp.take(w, cols, axis=1).transpose(1, 2, 0).astype(jnp.float32)
-    d_w = d_w.T.at[cols.reshape(-1)].add((g_t[..., None] * hidden.astype(jnp.float32)).reshape(-1, D)).T
-    return d_hidden.astype(hidden.dtype), d_w.astype(w.dtype), None
+    d_w = d_blocks.transpose(1, 0, 2).reshape(D, -1)[:, :V] if want_w else None
+    if g_lp is not None:  # the one-hot term: d target_logit = g_lp / temperature
+        g_t = g_lp / temperature
+        cols = jnp.clip(targets, 0, V - 1)
+        if want_hidden:
+            d_hidden = d_hidden + g_t[..., None] * jnp.take(w, cols, axis=1).transpose(1, 2, 0).astype(jnp.float32)
+        if want_w:
+            d_w = d_w.T.at[cols.reshape(-1)].add((g_t[..., None] * hidden.astype(jnp.float32)).reshape(-1, D)).T
+    return (d_hidden.astype(hidden.dtype) if want_hidden else None, d_w.astype(w.dtype) if want_w else None,
+            None)
 
 
-_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+_chunked.defvjp(_chunked_fwd, _chunked_bwd, symbolic_zeros=True)
 
 
 def sequence_logprobs(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, targets: jax.Array, *,

@@ -55,6 +55,28 @@ def test_gradients_equal_plain_softmax(temperature):
         np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("used", ["logprobs", "entropy", "both"])
+def test_a_frozen_head_gets_no_weight_gradient_and_unused_outputs_cost_nothing(used):
+    """With the head under stop_gradient (LoRA's frozen base, a reference model) the backward forms no weight
+    gradient block (D, chunk) at all, and the hidden states' gradient still equals the plain softmax's, with
+    either output unused."""
+    hidden, w, targets = _problem()
+    weights = {"logprobs": (1.0, 0.0), "entropy": (0.0, 1.0), "both": (1.0, 0.3)}[used]
+
+    def loss(fn, h, w):
+        lp, ent = fn(h, w)
+        return sum(c * x.sum() for c, x in zip(weights, (lp, ent)) if c)
+
+    chunked = lambda h, w: chunked_logprobs(h, w, targets, chunk_size=8, with_entropy=True)  # noqa: E731
+    frozen = lambda h: loss(chunked, h, jax.lax.stop_gradient(w))  # noqa: E731
+    got = jax.grad(frozen)(hidden)
+    want = jax.grad(lambda h: loss(lambda h, w: _plain(h, w, targets), h, w))(hidden)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    assert (D, 8) not in set(_shapes(jax.make_jaxpr(jax.grad(frozen))(hidden).jaxpr))
+    both = jax.make_jaxpr(jax.grad(lambda h, w: loss(chunked, h, w), argnums=(0, 1)))(hidden, w).jaxpr
+    assert (D, 8) in set(_shapes(both))  # the check above can see a weight-gradient block
+
+
 def _shapes(jaxpr):
     for eqn in jaxpr.eqns:
         for v in eqn.outvars:
