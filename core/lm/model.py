@@ -367,8 +367,8 @@ class Transformer(nnx.Module):
         return_hidden: return the final hidden states (after the final norm) and skip the LM head.
         remat: rematerialise each block in the backward pass with a `remat_policy` ("none" = off).
         lora: `core.lm.lora.LoraInputs` (adapters, config, dropout key): add the LoRA branches.
-        unembedding: the (D, V) LM head to use instead of `self.unembedding()` (the same values; `generate`
-        passes a row-major copy of a tied embedding's transpose, which XLA:CPU streams faster when decoding).
+        unembedding: the (D, V) LM head to use instead of `self.unembedding()` (the same values; `generate` on
+        a CPU passes a row-major copy of a tied embedding's transpose, which XLA:CPU streams faster).
         """
         c = self.config
         hooks = hooks if hooks is not None else Hooks()
