@@ -169,7 +169,7 @@ def test_shared_prompt_scores_equal_whole_sequence_scores(tiny_policy):
         return forward_scores(graphdef, params, tokens, attention, temperature=0.7, chunk_size=16, lora=lora,
                               value_head=head, prompts=prompts)
 
-    whole, once = scores(adapters, head, None), scores(adapters, head, shared)
+    whole, once = jax.jit(scores)(adapters, head, None), jax.jit(scores)(adapters, head, shared)
     for name in ("logprobs", "entropy", "values"):
         np.testing.assert_allclose(np.asarray(once[name])[response], np.asarray(whole[name])[response], atol=2e-5,
                                    err_msg=name)
@@ -179,8 +179,8 @@ def test_shared_prompt_scores_equal_whole_sequence_scores(tiny_policy):
         out = scores(adapters, head, prompts)
         return (jax.numpy.where(response, out["logprobs"] + out["values"], 0.0)).sum()
 
-    grads_whole = jax.grad(objective, argnums=(0, 1))(adapters, head, None)
-    grads_once = jax.grad(objective, argnums=(0, 1))(adapters, head, shared)
+    grad = jax.jit(jax.grad(objective, argnums=(0, 1)))
+    grads_whole, grads_once = grad(adapters, head, None), grad(adapters, head, shared)
     assert_trees_close(grads_once, grads_whole, atol=2e-4, rtol=2e-4)
 
 
