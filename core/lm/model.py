@@ -371,6 +371,9 @@ class Transformer(nnx.Module):
         a CPU passes a row-major copy of a tied embedding's transpose, which XLA:CPU streams faster).
         """
         c = self.config
+        if unembedding is not None and tuple(unembedding.shape) != (c.hidden_size, c.vocab_size):
+            raise ValueError(f"unembedding shape {tuple(unembedding.shape)}: expected (hidden_size, vocab_size) = "
+                             f"{(c.hidden_size, c.vocab_size)}")
         hooks = hooks if hooks is not None else Hooks()
         hooks.validate(c.num_layers)
         x = self._input(tokens, inputs_embeds)

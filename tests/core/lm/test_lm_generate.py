@@ -293,6 +293,17 @@ def test_noise_drawn_before_the_loop_samples_the_tokens_drawn_inside_it(tiny_lm,
     for field in ("tokens", "logprobs", "sample_logprobs", "mask"):
         np.testing.assert_array_equal(np.asarray(getattr(before, field)), np.asarray(getattr(inside, field)), field)
     assert len(np.unique(np.asarray(before.tokens))) > 3  # sampled, not a constant
+    # the contract itself: the first step's token is jax.random.categorical with fold_in(key, step)
+    logits, _ = generate_lib.prefill(graphdef, params, jnp.asarray(tokens), jnp.asarray(mask), cache_size=14)
+    processed = process_logits(logits, temperature=1.3, top_k=7)
+    first = jax.random.categorical(jax.random.fold_in(jax.random.key(11), 3), processed, axis=-1)
+    np.testing.assert_array_equal(np.asarray(before.tokens)[:, 0], np.asarray(first))
+
+
+def test_a_head_of_the_wrong_shape_is_one_clear_error(tiny_lm):
+    config, graphdef, params, apply = tiny_lm
+    with pytest.raises(ValueError, match=r"unembedding shape \(3, 4\): expected \(hidden_size, vocab_size\)"):
+        model_lib.apply(graphdef, params, jnp.asarray([[1, 2]]), unembedding=jnp.zeros((3, 4)))
 
 
 def test_argmax_last_is_jnp_argmax():
