@@ -93,6 +93,40 @@ class KVCache(NamedTuple):
         return self.k.shape[2]
 
 
+class DecodeCache(NamedTuple):
+    """A KV cache in the layout a decode loop reads fastest: per layer, keys (B, KVH, S, Dh) and values
+    transposed, (B, KVH, Dh, S), each its own array. XLA:CPU's attention products then read them in place,
+    where the stacked (L, B, S, KVH, Dh) layout costs a slice and a transpose copy per layer and token (about a
+    third of a decode step's attention time). `generate.decode` converts in and out (`to_decode_cache`,
+    `from_decode_cache`); the model takes either. Other fields as KVCache."""
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    valid: jax.Array
+    positions: jax.Array
+    index: jax.Array
+    lengths: jax.Array
+
+    @property
+    def size(self) -> int:
+        return self.k[0].shape[2]
+
+
+def to_decode_cache(cache: KVCache) -> DecodeCache:
+    """The same cache in DecodeCache's per-layer layout."""
+    L = cache.k.shape[0]
+    return DecodeCache(k=tuple(jnp.swapaxes(cache.k[i], 1, 2) for i in range(L)),
+                       v=tuple(jnp.transpose(cache.v[i], (0, 2, 3, 1)) for i in range(L)),
+                       valid=cache.valid, positions=cache.positions, index=cache.index, lengths=cache.lengths)
+
+
+def from_decode_cache(cache: DecodeCache) -> KVCache:
+    """The same cache back in KVCache's stacked (L, B, S, KVH, Dh) layout."""
+    return KVCache(k=jnp.stack([jnp.swapaxes(k, 1, 2) for k in cache.k]),
+                   v=jnp.stack([jnp.transpose(v, (0, 3, 1, 2)) for v in cache.v]),
+                   valid=cache.valid, positions=cache.positions, index=cache.index, lengths=cache.lengths)
+
+
 def init_cache(config: LMConfig, batch: int, size: int, dtype=None) -> KVCache:
     """An empty cache of `size` slots."""
     dtype = dtype or dtype_of(config.dtype)
@@ -183,24 +217,27 @@ class Attention(nnx.Module):
         return y
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-              return_probs: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
-    """Softmax attention with GQA. q: (B, T, H, Dh); k, v: (B, S, KVH, Dh); mask: (B, T, S) bool.
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, return_probs: bool = False, *,
+              kv_major: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Softmax attention with GQA. q: (B, T, H, Dh); k, v: (B, S, KVH, Dh), or with `kv_major` DecodeCache's
+    layer layout, k (B, KVH, S, Dh) and v (B, KVH, Dh, S); mask: (B, T, S) bool.
 
     Returns the per-head output (B, T, H, Dh), and with `return_probs` also the float32 probabilities
     (B, H, T, S) (query head h reads KV head h // (H // KVH); masked keys get exactly 0 unless a row has no
     visible key, which is then uniform).
     """
     B, T, H, Dh = q.shape
-    KVH = k.shape[2]
+    KVH, S = (k.shape[1], k.shape[2]) if kv_major else (k.shape[2], k.shape[1])
     G = H // KVH
     qg = q.reshape(B, T, KVH, G, Dh)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) * (Dh ** -0.5)
+    scores = jnp.einsum("btkgd,bksd->bkgts" if kv_major else "btkgd,bskd->bkgts", qg, k)
+    scores = scores.astype(jnp.float32) * (Dh ** -0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs32 = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs32.astype(v.dtype), v).reshape(B, T, H, Dh)
+    out = jnp.einsum("bkgts,bkds->btkgd" if kv_major else "bkgts,bskd->btkgd", probs32.astype(v.dtype), v)
+    out = out.reshape(B, T, H, Dh)
     if return_probs:
-        return out, probs32.reshape(B, H, T, k.shape[1])
+        return out, probs32.reshape(B, H, T, S)
     return out
 
 
@@ -316,6 +353,18 @@ class Transformer(nnx.Module):
         want_probs = cap is not None and cap.patterns
         if cache_k is None:
             heads = attention(q, k, v, ctx.mask, return_probs=want_probs)
+        elif isinstance(cache_k, tuple):  # a DecodeCache: this layer's own arrays, keys and values KV-head major
+            layer_k = jax.lax.dynamic_update_slice(cache_k[i], jnp.swapaxes(k, 1, 2).astype(cache_k[i].dtype),
+                                                   (0, 0, ctx.cache_index, 0))
+            layer_v = jax.lax.dynamic_update_slice(cache_v[i], jnp.transpose(v, (0, 2, 3, 1)).astype(cache_v[i].dtype),
+                                                   (0, 0, 0, ctx.cache_index))
+            cache_k = cache_k[:i] + (layer_k,) + cache_k[i + 1:]
+            cache_v = cache_v[:i] + (layer_v,) + cache_v[i + 1:]
+            if ctx.use_kernel:
+                raise ValueError("use_kernel=True with a DecodeCache: the Pallas decode kernel reads the stacked "
+                                 "KVCache layout; expected a KVCache")
+            heads = attention(q, layer_k.astype(dt), layer_v.astype(dt), ctx.mask, return_probs=want_probs,
+                              kv_major=True)
         else:
             # written into the stacked caches (in place), not into a layer copy restacked afterwards
             at = (i, 0, ctx.cache_index, 0, 0)
@@ -354,7 +403,8 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
                  positions: jax.Array | None = None, attention_mask: jax.Array | None = None,
-                 segment_ids: jax.Array | None = None, cache: KVCache | None = None, hooks: Hooks | None = None,
+                 segment_ids: jax.Array | None = None, cache: KVCache | DecodeCache | None = None,
+                 hooks: Hooks | None = None,
                  use_kernel: bool = False, logits_positions: jax.Array | None = None,
                  return_hidden: bool = False, remat: str = "none", lora: LoraInputs | None = None,
                  unembedding: jax.Array | None = None) -> Output:
@@ -362,7 +412,8 @@ class Transformer(nnx.Module):
         `embed(tokens)`); positions then follow attention_mask as for tokens.
         attention_mask: (B, T), True for real tokens (padding may be anywhere).
         segment_ids: (B, T) packed-sequence ids (no cache); positions restart in each segment.
-        cache: write the T new keys/values at `cache.index` and attend over the whole cache.
+        cache: write the T new keys/values at `cache.index` and attend over the whole cache (a KVCache, or a
+        DecodeCache, which comes back as one).
         logits_positions: (B, P) int, compute logits (or hidden states) only there.
         return_hidden: return the final hidden states (after the final norm) and skip the LM head.
         remat: rematerialise each block in the backward pass with a `remat_policy` ("none" = off).
@@ -433,8 +484,8 @@ class Transformer(nnx.Module):
         if cache is not None:
             new_positions = jax.lax.dynamic_update_slice(cache.positions, jnp.where(mask_t, positions, 0),
                                                          (0, cache.index))
-            new_cache = KVCache(k=cache_k, v=cache_v, valid=new_valid, positions=new_positions,
-                                index=cache.index + T, lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
+            new_cache = type(cache)(k=cache_k, v=cache_v, valid=new_valid, positions=new_positions,
+                                    index=cache.index + T, lengths=cache.lengths + mask_t.sum(axis=1).astype(jnp.int32))
         if return_hidden:
             return Output(logits=None, cache=new_cache, captured=captured, hidden=x)
         logits = x @ (self.unembedding() if unembedding is None else unembedding.astype(x.dtype))
@@ -454,7 +505,15 @@ class Transformer(nnx.Module):
         return inputs_embeds.astype(dtype_of(c.dtype))
 
 
-def _check_cache(cache: KVCache, config: LMConfig, batch: int) -> None:
+def _check_cache(cache: KVCache | DecodeCache, config: LMConfig, batch: int) -> None:
+    if isinstance(cache, DecodeCache):
+        B, KVH, S, Dh = batch, config.num_kv_heads, cache.size, config.head_dim
+        layer = (B, KVH, S, Dh)
+        want_k, want_v = [layer] * config.num_layers, [(B, KVH, Dh, S)] * config.num_layers
+        if [k.shape for k in cache.k] != want_k or [v.shape for v in cache.v] != want_v:
+            raise ValueError(f"decode cache k {[k.shape for k in cache.k]}: expected {config.num_layers} layers of "
+                             f"(batch, kv_heads, slots, head_dim) = {layer} (a cache from another config or batch)")
+        return
     want = (config.num_layers, batch, cache.size, config.num_kv_heads, config.head_dim)
     if cache.k.shape != want or cache.v.shape != want:
         raise ValueError(f"cache k {cache.k.shape}: expected (layers, batch, slots, kv_heads, head_dim) = {want} "

@@ -72,3 +72,44 @@ def test_sections_from_another_config_are_errors(tiny_lm, prefilled):
         import_kv(model_lib.init_cache(config, 3, 10), config, section, at=5)
     with pytest.raises(ValueError, match="inside the cache"):
         export_kv(cache, config, 10, 8)
+
+
+def test_decode_cache_round_trip_and_forward_equal_the_stacked_cache(tiny_lm, prefilled):
+    """decode's loop layout (per layer, keys and values KV-head major) holds the same values, and a forward over
+    it (one token, then three) gives the logits, attention patterns and cache of the stacked KVCache."""
+    from core.lm.hooks import Capture, Hooks
+
+    config, graphdef, params, apply = tiny_lm
+    _, cache, _ = prefilled
+    dc = model_lib.to_decode_cache(cache)
+    assert dc.size == cache.size and dc.k[0].shape == (3, config.num_kv_heads, cache.size, config.head_dim)
+    assert dc.v[0].shape == (3, config.num_kv_heads, config.head_dim, cache.size)
+    # the value layout is a real transpose (d, s), not a reshape: slot 5 of row 1 reads the same vector
+    np.testing.assert_array_equal(np.asarray(dc.v[1][1, :, :, 5]), np.asarray(cache.v[1, 1, 5]))
+    back = model_lib.from_decode_cache(dc)
+    for a, b in zip(back, cache):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    hooks = Hooks(capture=Capture(patterns=True))
+    for tokens in (np.array([[3], [4], [5]]), np.array([[3, 1, 2], [4, 4, 4], [5, 6, 7]])):
+        mask = np.ones_like(tokens, bool)
+        mask[2, 0] = False  # a row that feeds a pad first
+        ref = apply(params, tokens, attention_mask=mask, cache=cache, hooks=hooks)
+        got = apply(params, tokens, attention_mask=mask, cache=dc, hooks=hooks)
+        assert isinstance(got.cache, model_lib.DecodeCache)
+        np.testing.assert_allclose(np.asarray(got.logits), np.asarray(ref.logits), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got.captured["patterns"]), np.asarray(ref.captured["patterns"]),
+                                   atol=1e-6)
+        for a, b in zip(model_lib.from_decode_cache(got.cache), ref.cache):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_decode_cache_of_another_config_or_with_the_kernel_is_an_error(tiny_lm, prefilled):
+    config, graphdef, params, apply = tiny_lm
+    _, cache, _ = prefilled
+    other = dataclasses.replace(config, num_kv_heads=1)
+    wrong = model_lib.to_decode_cache(model_lib.init_cache(other, 3, cache.size))
+    with pytest.raises(ValueError, match="another config"):
+        model_lib.apply(graphdef, params, np.ones((3, 1), np.int32), cache=wrong)
+    with pytest.raises(ValueError, match="expected a KVCache"):
+        model_lib.apply(graphdef, params, np.ones((3, 1), np.int32), cache=model_lib.to_decode_cache(cache),
+                        use_kernel=True)

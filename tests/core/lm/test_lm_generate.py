@@ -319,3 +319,25 @@ def test_argmax_last_is_jnp_argmax():
     got, want = np.asarray(argmax_last(jnp.asarray(x))), np.asarray(jnp.argmax(jnp.asarray(x), axis=-1))
     np.testing.assert_array_equal(got, want)
     assert got[:4].tolist() == [3, 0, 5, 7]
+
+
+def test_the_row_major_head_is_made_once_per_embedding_and_dropped_with_it():
+    import gc
+    import importlib
+
+    gen = importlib.import_module("core.lm.generate")
+    embedding = jnp.arange(12.0).reshape(4, 3)
+    head = gen.row_major_head(embedding)
+    np.testing.assert_array_equal(np.asarray(head), np.asarray(embedding).T)
+    assert gen.row_major_head(embedding) is head  # the second call reuses the copy
+    other = embedding + 1.0  # new weights (an update): a new copy
+    assert gen.row_major_head(other) is not head
+    np.testing.assert_array_equal(np.asarray(gen.row_major_head(other)), np.asarray(other).T)
+    key = id(embedding)
+    assert key in gen._ROW_MAJOR_HEADS
+    del embedding, head
+    gc.collect()
+    assert key not in gen._ROW_MAJOR_HEADS  # no copy outlives its weights
+    traced = jax.jit(lambda e: gen.row_major_head(e))(other)  # under a trace: transposed, nothing kept
+    np.testing.assert_array_equal(np.asarray(traced), np.asarray(other).T)
+    assert len([k for k, (ref, _) in gen._ROW_MAJOR_HEADS.items() if ref() is None]) == 0
