@@ -6,7 +6,7 @@ plus the environment speed of the 2D scene (with PPO) and of the MJX scene (step
 Chance: each run's untrained (initial) policy, evaluated like the trained one. There is no oracle policy; a
 completion of 1 is the bound.
 
-    python benchmarks/hoi.py                          # 5 seeds x 4 tasks x 3 arms, 64 envs x 80 steps, 60 updates
+    python benchmarks/hoi.py                          # 5 seeds x 4 tasks x 3 arms, 64 envs x 80 steps, 300 updates
     python benchmarks/hoi.py --seeds 2 --updates 10 --name hoi_smoke     # a quick check
     python benchmarks/hoi.py --claims-from-rows       # recompute the committed claims from the stored rows
 """
@@ -105,6 +105,33 @@ def make_claims(rows) -> list[dict]:
     return claims
 
 
+SUMMARY_METRICS = ("completion", "untrained_completion", "stability", "final_object_error", "goal_held_at_end")
+
+
+def make_summary(rows) -> list[dict]:
+    """The README's table: per task and reward, the mean over seeds of each eval metric; then the speed rows."""
+    runs = [r for r in rows if r.get("kind") == "run"]
+    out = []
+    for task in dict.fromkeys(r["task"] for r in runs):
+        for arm in dict.fromkeys(r["arm"] for r in runs):
+            mine = [r for r in runs if r["task"] == task and r["arm"] == arm]
+            if mine:
+                row = {"task": task, "reward": arm, "seeds": len(mine)}
+                for key in SUMMARY_METRICS:
+                    vals = [r[key] for r in mine if r.get(key) is not None and np.isfinite(r[key])]
+                    row[key] = round(float(np.mean(vals)), 3) if vals else None
+                out.append(row)
+    for r in rows:
+        if r.get("kind") == "speed_2d":
+            out.append({"task": "speed: 2D scene + PPO", "env_steps_per_second": round(r["env_steps_per_second"]),
+                        "compile_seconds": round(r["compile_seconds"], 1)})
+        if r.get("kind") == "speed_mjx" and "env_steps_per_second" in r:
+            out.append({"task": f"speed: MJX scene ({'cached' if r['persistent_cache'] else 'cold'} compile)",
+                        "env_steps_per_second": round(r["env_steps_per_second"]),
+                        "compile_seconds": round(r["compile_seconds"], 1)})
+    return out
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -130,7 +157,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--envs", type=int, default=64)
     ap.add_argument("--horizon", type=int, default=80)
-    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--updates", type=int, default=300)
     ap.add_argument("--mjx-timeout", type=int, default=600)
     ap.add_argument("--mjx-envs", type=int, default=64)
     ap.add_argument("--no-mjx", action="store_true")
@@ -138,7 +165,10 @@ def main(argv=None) -> None:
     ap.add_argument("--claims-from-rows", action="store_true", help="recompute the claims of the results file")
     args = ap.parse_args(argv)
     if args.claims_from_rows:
-        record = results.recompute_claims(results.RESULTS_DIR / f"{args.name}.json", lambda r: make_claims(r["rows"]))
+        path = results.RESULTS_DIR / f"{args.name}.json"
+        record = results.recompute_claims(path, lambda r: make_claims(r["rows"]))
+        record["summary"] = make_summary(record["rows"])
+        path.write_text(json.dumps(record, indent=2) + "\n")
         for c in record["claims"]:
             print(f"{c['id']}: {c['held']} | {c['evidence']}")
         return
@@ -172,7 +202,8 @@ def main(argv=None) -> None:
              "seeds": args.seeds, "envs": args.envs, "horizon": args.horizon, "updates": config.n_updates,
              "env_steps_per_run": config.env_steps_per_run, "eval_episodes_per_run": config.eval_envs,
              "paper": "IsaacGym humanoid with an AMP prior, 4096 envs, ~1e8+ steps (not run)"}
-    path = results.write_results(args.name, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale)
+    path = results.write_results(args.name, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
+                                 summary=make_summary(rows))
     for c in claims:
         print(f"{c['id']}: {c['held']} | {c['evidence']}")
     print(path)

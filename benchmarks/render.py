@@ -122,7 +122,13 @@ def provenance(name: str, record: dict) -> str:
 
 
 def section(name: str, record: dict) -> str:
-    parts = [provenance(name, record), "", rows_table(record)]
+    """Provenance, the rows (or the record's `summary` rows, when it has them: e.g. means over seeds, with the
+    per-run rows left in the JSON) and the claims."""
+    if record.get("summary"):
+        table = rows_table({"rows": record["summary"]}) + "\n\n_Per-run rows are in the JSON file._"
+    else:
+        table = rows_table(record)
+    parts = [provenance(name, record), "", table]
     if record.get("claims"):
         parts += ["", claims_table(name, record)]
     return "\n".join(parts)
