@@ -122,10 +122,11 @@ def provenance(name: str, record: dict) -> str:
 
 
 def section(name: str, record: dict) -> str:
-    """Provenance, the rows (or the record's `summary` rows, when it has them: e.g. means over seeds, with the
-    per-run rows left in the JSON) and the claims."""
-    if record.get("summary"):
-        table = rows_table({"rows": record["summary"]}) + "\n\n_Per-run rows are in the JSON file._"
+    """Provenance, the rows (or the record's `summary` rows when it has a list of them: e.g. means over seeds,
+    with the per-run rows left in the JSON) and the claims."""
+    summary = record.get("summary")
+    if isinstance(summary, list) and summary and all(isinstance(r, dict) for r in summary):
+        table = rows_table({"rows": summary}) + "\n\n_Per-run rows are in the JSON file._"
     else:
         table = rows_table(record)
     parts = [provenance(name, record), "", table]

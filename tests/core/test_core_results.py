@@ -48,6 +48,12 @@ def test_render_fills_markers_from_the_json():
     assert "| model | mse |\n|---|---|\n| m | 0.1235 |" in out
     assert "| beats | m beats n | **not held** |  |  | 0.12 vs 0.11 |" in out
     assert "**b** (0/1 held" in out and "old" not in out
+    # a record with summary rows shows them in place of its per-run rows
+    summarised = {**record, "rows": [{"seed": 0, "mse": 0.5}, {"seed": 1, "mse": 0.7}],
+                  "summary": [{"model": "m", "mse_mean": 0.6}]}
+    out = render.render_text(text, {"b": summarised})
+    assert "| model | mse_mean |\n|---|---|\n| m | 0.6 |" in out and "| seed |" not in out
+    assert "Per-run rows are in the JSON file." in out
 
 
 def test_render_shows_verdicts_statistics_and_baselines():
