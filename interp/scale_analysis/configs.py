@@ -141,13 +141,14 @@ def demo() -> Config:
 
 def paper() -> Config:
     """The committed CPU benchmark (issue 43's repairs), sized for a 2-core CPU shared with ~7 jobs (load ~25):
-    widths N >= 4d; two layers d in {8, 16} at N = 4d and N in {32, 128} at d = 8; three layers d in {4, 8} at
-    N1 = N2 = 4d and N1 in {2, 32} at N2 = 32, d = 8 (the computed boundary is N1 = 4.7); kappa in
+    widths N >= 4d; two layers d in {8, 16} at N = 4d and N in {64, 128} at d = 16; three layers d in {4, 8}
+    at N1 = N2 = 4d and N1 in {2, 64} at N2 = 64, d = 16 (the computed boundary is N1 = 9.5; the specialist
+    counts need d >= 16, where the tilt-proof cut can be passed); kappa in
     {0.05, 0.1, 0.2} at d = 8, N = 32; P over 30, 90, 270 x kappa E_min; 4 seeds, both anneals, simulated time
-    90 per stage (32 records), up to two adaptive extensions (367 s on the idle machine; at time 30 with 3 seeds
-    and one extension a third of the chains failed split-R-hat); 8 distinct points (shared points run once)."""
-    return Config(n_seeds=4, sweeps=("two_d", "kappa", "three_d", "three_n1", "two_n"), two_d=(8, 16), two_n_d=8,
-                  two_n=(32, 128), three_d=(4, 8), three_n1_d=8, three_n1_n2=32, three_n1=(2, 32), kappa_d=8,
+    90 per stage (32 records), up to two adaptive extensions (at time 30 with 3 seeds and one extension a third
+    of the chains failed split-R-hat); 9 distinct points (shared points run once)."""
+    return Config(n_seeds=4, sweeps=("two_d", "kappa", "three_d", "three_n1", "two_n"), two_d=(8, 16), two_n_d=16,
+                  two_n=(64, 128), three_d=(4, 8), three_n1_d=16, three_n1_n2=64, three_n1=(2, 64), kappa_d=8,
                   kappa_width=32, sampler=SamplerConfig(sim_time=90.0, max_extend=2))
 
 
