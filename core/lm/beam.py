@@ -71,9 +71,10 @@ def _gather_beams(x: jax.Array, parent: jax.Array, axis: int) -> jax.Array:
     return jnp.take(x, flat, axis=axis)
 
 
-def _reorder_cache(cache: model_lib.KVCache, parent: jax.Array) -> model_lib.KVCache:
-    return cache._replace(k=_gather_beams(cache.k, parent, 1), v=_gather_beams(cache.v, parent, 1),
-                          valid=_gather_beams(cache.valid, parent, 0),
+def _reorder_cache(cache: model_lib.DecodeCache, parent: jax.Array) -> model_lib.DecodeCache:
+    """The search's cache (decode's per-layer layout, batch first in every array) reordered by parent beams."""
+    layers = lambda arrays: tuple(_gather_beams(a, parent, 0) for a in arrays)  # noqa: E731
+    return cache._replace(k=layers(cache.k), v=layers(cache.v), valid=_gather_beams(cache.valid, parent, 0),
                           positions=_gather_beams(cache.positions, parent, 0),
                           lengths=_gather_beams(cache.lengths, parent, 0))
 
@@ -104,7 +105,7 @@ def search(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array | None, 
     B, P = x.shape[:2]
     logits, cache = prefill(graphdef, params, tokens, mask, cache_size=P + N, inputs_embeds=inputs_embeds, lora=lora)
     V = logits.shape[-1]
-    cache = _repeat_cache(cache, K)
+    cache = model_lib.to_decode_cache(_repeat_cache(cache, K))  # the layout decode's loop reads fastest
     logits = jnp.repeat(logits, K, axis=0)
     model = nnx.merge(graphdef, params, copy=True)
     eos = jnp.asarray(c.eos_tokens if c.eos_tokens else (-1,), jnp.int32)
