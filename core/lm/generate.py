@@ -36,6 +36,9 @@ from core.lm.hooks import Hooks
 # decode draws the sampling noise of all its steps before the loop when it has at most this many values
 # (steps x rows x vocabulary; 4 MB of float32), else step by step inside the loop; the tokens are the same
 PRECOMPUTED_NOISE_MAX = 1 << 20
+# decode's loop carries the cache in `model.DecodeCache`'s per-layer layout (False: the stacked KVCache, as
+# before; kept for `benchmarks/lm_decode_layout.py`, which times the two)
+PER_LAYER_DECODE_CACHE = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -246,7 +249,7 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState, key: j
         return (i + 1, st, recent, col(toks, tok), col(lps, lp), col(slps, slp), col(lives, live), stopped | hit)
 
     # the loop carries the cache in DecodeCache's layout (the Pallas kernel reads the stacked one)
-    kv_major = not use_kernel
+    kv_major = PER_LAYER_DECODE_CACHE and not use_kernel
     if kv_major:
         state = state._replace(cache=model_lib.to_decode_cache(state.cache))
     init = (jnp.zeros((), jnp.int32), state, jnp.full((B, window), -1, jnp.int32),
