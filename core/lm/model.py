@@ -97,7 +97,7 @@ class DecodeCache(NamedTuple):
     """A KV cache in the layout a decode loop reads fastest: per layer, keys (B, KVH, S, Dh) and values
     transposed, (B, KVH, Dh, S), each its own array. XLA:CPU's attention products then read them in place,
     where the stacked (L, B, S, KVH, Dh) layout costs a slice and two transpose copies per layer and token
-    (an 8 x 512 model generating 64 tokens over 1,024 slots: 1.59 s -> 1.30 s). `generate.decode` converts in
+    (measured in `benchmarks/lm_decode_layout.py`: it matters over long caches). `generate.decode` converts in
     and out (`to_decode_cache`, `from_decode_cache`); the model takes either. Other fields as KVCache."""
 
     k: tuple[jax.Array, ...]
