@@ -37,7 +37,8 @@ from core.lm.hooks import Hooks
 # (steps x rows x vocabulary; 4 MB of float32), else step by step inside the loop; the tokens are the same
 PRECOMPUTED_NOISE_MAX = 1 << 20
 # decode's loop carries the cache in `model.DecodeCache`'s per-layer layout (False: the stacked KVCache, as
-# before; kept for `benchmarks/lm_decode_layout.py`, which times the two)
+# before; kept for `benchmarks/lm_decode_layout.py`, which times the two). Read when decode is traced, so set it
+# before the first call in a process.
 PER_LAYER_DECODE_CACHE = True
 
 
