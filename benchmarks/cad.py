@@ -1,5 +1,6 @@
-"""PTA's central claim at CPU scale: at equal compute, plan-then-act (planner + actioner + requirement memory)
-against direct text -> commands generation, per instruction level, 3 seeds paired.
+"""PTA's central claim at CPU scale: at equal compute, plan-then-act (planner + actioner + requirement memory
+with its copy path) against direct text -> commands generation, per instruction level, 3 seeds paired; the
+requirement module's two ablations (no memory; the memory in the prompt without the copy path) and the gold plan.
 
 Each seed draws its own corpus and initialisations; every arm of a seed is evaluated on the same test parts at
 all four levels. Baselines beside the claims: chance = a random training part's program for each test part
@@ -78,6 +79,9 @@ def make_claims(rows) -> list[dict]:
         pc("ram_raises_requirement_satisfaction", "The requirement module raises requirement satisfaction (stated "
            "dimensions within one level), PTA vs PTA without it (levels 1-3)", "pta", "pta_no_ram",
            "requirement_satisfaction", higher=True, levels=(1, 2, 3)),
+        pc("copy_raises_requirement_satisfaction", "The copy path raises requirement satisfaction: PTA vs PTA with "
+           "the same memory in the prompt only (levels 1-3)", "pta", "pta_no_copy", "requirement_satisfaction",
+           higher=True, levels=(1, 2, 3)),
         pc("pta_raises_requirement_satisfaction", "PTA meets more stated requirements than direct generation "
            "(levels 1-3)", "pta", "direct", "requirement_satisfaction", higher=True, levels=(1, 2, 3)),
     ]

@@ -20,7 +20,7 @@ from core.config import check
 from core.lm.configs import LMConfig
 from generative.cad.tokens import VOCAB
 
-ARMS = ("direct", "pta", "pta_no_ram", "pta_gold_plan")
+ARMS = ("direct", "pta", "pta_no_copy", "pta_no_ram", "pta_gold_plan")
 VOCAB_PADDED = (VOCAB + 7) // 8 * 8
 
 
@@ -36,7 +36,7 @@ class CADConfig:
     n_train: int = 50000  # parts; each gives one example per instruction level
     n_test: int = 1000  # parts; evaluated at every level
     max_extrusions: int = 3  # extrusions per part at most: the base plate and up to max_extrusions - 1 features
-    seq_len: int = 256  # tokens per packed training row (>= 224, the longest actioner example)
+    seq_len: int = 256  # tokens per packed training row (>= 232, the longest actioner example with its memory)
     batch_size: int = 32
     planner_steps: int = 2000  # planner (text -> plan) training steps
     actioner_steps: int = 6000  # training steps of each actioner (with and without the requirement memory)
@@ -47,7 +47,7 @@ class CADConfig:
     weight_decay: float = 0.01
     eval_batch: int = 100  # prompts per greedy-decoding batch at evaluation
     chamfer_points: int = 2000  # surface points sampled per mesh for the Chamfer distance
-    arms: tuple[str, ...] = ARMS  # arms to train and score: direct, pta, pta_no_ram, pta_gold_plan
+    arms: tuple[str, ...] = ARMS  # arms to train and score: direct, pta, pta_no_copy, pta_no_ram, pta_gold_plan
     renders: int = 6  # test parts rendered per arm (PNG)
     seed: int = 0
     log_every: int = 100
@@ -59,7 +59,7 @@ class CADConfig:
             check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         check(self.direct_steps >= 0, "direct_steps", self.direct_steps, ">= 0 (0 = planner + actioner steps)")
         check(1 <= self.max_extrusions <= 3, "max_extrusions", self.max_extrusions, "1..3")
-        check(self.seq_len >= 224, "seq_len", self.seq_len, ">= 224 (the longest actioner example)")
+        check(self.seq_len >= 232, "seq_len", self.seq_len, ">= 232 (the longest actioner example with its memory)")
         check(self.lr > 0, "lr", self.lr, "> 0")
         check(len(self.arms) > 0 and all(a in ARMS for a in self.arms), "arms", self.arms, f"a subset of {ARMS}")
         check(self.renders >= 0, "renders", self.renders, ">= 0")

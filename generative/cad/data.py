@@ -4,8 +4,9 @@ Prompts and answers (token words; every model is a decoder over the one vocabula
 - direct:   `<bos> <text> instruction <cmd>`                       -> `commands <eos>`
 - planner:  `<bos> <text> instruction <plan>`                      -> `plan <eos>`
 - actioner: `<bos> <plan> plan [<req> memory] <text> instruction <cmd>` -> `commands <eos>`
-The requirement memory (RAM) lists each tagged number as its role and its level token in the command frame,
-`role:width v188 role:depth v140 ...`, in the order they are stated.
+The requirement memory (RAM) lists each tagged number as its role and its level tokens in the command frame,
+`role:width v158 v98 role:depth v140 ...` (a width of 60 as its edges +-30), in the order they are stated; the
+actioner's copy path (`model.copy_loss`) can copy any of those levels into a command argument.
 """
 
 from __future__ import annotations
@@ -44,12 +45,45 @@ def _is_number(w: str) -> bool:
     return w.lstrip("-").isdigit()
 
 
+HALVED_ROLES = frozenset({"width", "length"})  # sizes of centred sketches: the commands hold +-size/2
+SIGNED_ROLES = frozenset({"radius"})  # a circle's radius, and the slot's edges at +-r
+CORNER_OF = {"notch_w": "width", "notch_l": "length"}  # a notch is cut from the plate's corner
+CENTRE_OF = {"x": "width", "y": "length"}  # a sized feature is centred on its stated position
+FEATURE_WORDS = frozenset({"then", "and", "plus"})  # the words that introduce the next feature
+
+
+def command_levels(role: str, mm: int) -> list[str]:
+    """The level tokens a stated requirement puts into the commands of a sketch centred on its feature: a
+    width or length s as the two edges +-s/2, a radius r as +r and -r (a circle's radius, a slot's sides),
+    everything else (depths, positions, hole sizes, notches) as its own level."""
+    if role in HALVED_ROLES:
+        return [tokens.value_word(mm // 2), tokens.value_word(-(mm // 2))]
+    if role in SIGNED_ROLES:
+        return [tokens.value_word(mm), tokens.value_word(-mm)]
+    return [tokens.value_word(mm)]
+
+
 def memory_words(words: Sequence[str], tags: Sequence[int]) -> list[str]:
-    """The RAM memory from an instruction and its tags (tags on non-numbers are ignored)."""
-    out = []
+    """The RAM memory from an instruction and its tags (tags on non-numbers are ignored): each tagged number
+    as its role and its levels in the command frame (`command_levels`), and the geometric relations that tie
+    it to the feature's other stated sizes: `rel:corner` (a notch's inner edge, size/2 - notch, from the
+    plate's corner) and `rel:centred` (a sized feature's edges, position +- size/2)."""
+    out: list[str] = []
+    sizes: dict[str, int] = {}  # the current feature's stated width / length
     for w, t in zip(words, tags):
-        if t != NO_ROLE and _is_number(w):
-            out += [f"role:{corpus.ROLES[t - 1]}", tokens.value_word(int(w))]
+        if w in FEATURE_WORDS:
+            sizes = {}
+        if t == NO_ROLE or not _is_number(w):
+            continue
+        role, mm = corpus.ROLES[t - 1], int(w)
+        out += [f"role:{role}", *command_levels(role, mm)]
+        if role in HALVED_ROLES:
+            sizes[role] = mm
+        elif role in CORNER_OF and CORNER_OF[role] in sizes:
+            out += ["rel:corner", tokens.value_word(sizes[CORNER_OF[role]] // 2 - mm)]
+        elif role in CENTRE_OF and CENTRE_OF[role] in sizes:
+            half = sizes[CENTRE_OF[role]] // 2
+            out += ["rel:centred", tokens.value_word(mm + half), tokens.value_word(mm - half)]
     return out
 
 
@@ -73,7 +107,8 @@ def actioner_prompt(part: Part, level: int, plan: Sequence[str], memory: Sequenc
 def examples(parts: Sequence[Part], kind: str, *, levels: Sequence[int] = (0, 1, 2, 3)
              ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, answer ids + eos) for `kind` in direct | planner | actioner | actioner_no_ram, training
-    targets from the gold plan and the gold requirement memory (teacher forcing)."""
+    targets from the gold plan and the gold requirement memory (teacher forcing). The actioner's examples serve
+    both actioners with a memory (with and without the copy path)."""
     out = []
     for part in parts:
         cmds = tokens.program_words(part.program)

@@ -7,12 +7,16 @@ The planner, the actioner and the direct baseline are `core.lm` decoders (model.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from core.lm import model as model_lib
 from generative.cad import corpus
+from generative.cad import tokens as tokens_lib
 
 
 class RequirementTagger(nnx.Module):
@@ -81,3 +85,116 @@ def _tag(graphdef, params, ids):
 def tag(graphdef: nnx.GraphDef, params: nnx.State, ids) -> jax.Array:
     """Predicted tag per word (B, T)."""
     return _tag(graphdef, params, jnp.asarray(ids, jnp.int32))
+
+
+# --- the actioner's copy path ---------------------------------------------------------------------------------
+#
+# A pointer-generator head (See et al., 2017) on the actioner's decoder: at every answer position the next
+# token is drawn from  g * softmax(LM logits) + (1 - g) * attention over the prompt's value tokens (the
+# requirement memory's levels), so a stated dimension can be copied into a command argument instead of being
+# regenerated from the vocabulary. Queries are the decoder's final hidden state at the predicting position,
+# keys its final hidden state at each memory value token (which has read the role word before it).
+
+
+class CopyHead(nnx.Module):
+    """Pointer scores and the generate-vs-copy gate from the decoder's final hidden states."""
+
+    def __init__(self, hidden: int, *, dim: int = 32, rngs: nnx.Rngs):
+        self.dim = dim
+        self.query = nnx.Linear(hidden, dim, rngs=rngs)
+        self.key = nnx.Linear(hidden, dim, rngs=rngs)
+        self.gate = nnx.Linear(hidden, 1, rngs=rngs)
+
+    def attend(self, h: jax.Array, source_h: jax.Array, allowed: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """h (B, T, D) queries, source_h (B, S, D), allowed (B, T, S) -> copy attention (B, T, S) (zero rows where
+        nothing may be copied), log g and log (1 - g) (B, T); g = 1 where nothing may be copied."""
+        scores = jnp.einsum("btc,bsc->bts", self.query(h), self.key(source_h)) / jnp.sqrt(float(self.dim))
+        scores = jnp.where(allowed, scores, -jnp.inf)
+        has = allowed.any(-1)
+        attn = jnp.where(has[..., None], jax.nn.softmax(jnp.where(has[..., None], scores, 0.0), axis=-1), 0.0)
+        z = self.gate(h)[..., 0]
+        log_gen = jnp.where(has, jax.nn.log_sigmoid(z), 0.0)
+        log_copy = jnp.where(has, jax.nn.log_sigmoid(-z), -jnp.inf)
+        return attn, log_gen, log_copy
+
+
+def _safe_log(x: jax.Array) -> jax.Array:
+    positive = x > 0
+    return jnp.where(positive, jnp.log(jnp.where(positive, x, 1.0)), -jnp.inf)
+
+
+def is_value(ids: jax.Array) -> jax.Array:
+    """True where a token is one of the value tokens v0..v255 (contiguous ids)."""
+    return (ids >= tokens_lib.IDS["v0"]) & (ids <= tokens_lib.IDS["v255"])
+
+
+def init_copy_head(hidden: int, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
+    return nnx.split(CopyHead(hidden, rngs=nnx.Rngs(params=key)), nnx.Param)
+
+
+def copy_sources(tokens_: jax.Array, loss_mask: jax.Array) -> jax.Array:
+    """(B, T) bool: input positions a packed row may copy from: value tokens of a prompt (the memory's levels;
+    instruction numbers are words, plans carry none). Input j is an answer token iff target j - 1 is."""
+    in_answer = jnp.pad(loss_mask, ((0, 0), (1, 0)))[:, :-1] > 0
+    return is_value(tokens_) & ~in_answer
+
+
+def copy_loss(lm_graphdef: nnx.GraphDef, copy_graphdef: nnx.GraphDef):
+    """loss_fn(params, batch, key) for core.train.make_train_step, params = {"lm": ..., "copy": ...}: the mean
+    negative log-likelihood of the answer tokens under the generate / copy mixture."""
+    def loss_fn(params, batch, key):
+        del key
+        seg = batch["segment_ids"]
+        out = model_lib.apply(lm_graphdef, params["lm"], batch["inputs"], segment_ids=seg, attention_mask=seg > 0,
+                              return_hidden=True)
+        lm = nnx.merge(lm_graphdef, params["lm"])
+        logits = (out.hidden @ lm.unembedding()).astype(jnp.float32)
+        T = seg.shape[1]
+        sources = copy_sources(batch["inputs"], batch["loss_mask"])
+        allowed = (sources[:, None, :] & (seg[:, :, None] == seg[:, None, :])
+                   & jnp.tril(jnp.ones((T, T), bool))[None])
+        head = nnx.merge(copy_graphdef, params["copy"])
+        attn, log_gen, log_copy = head.attend(out.hidden, out.hidden, allowed)
+        targets = batch["targets"]
+        gen_lp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
+        copy_mass = jnp.sum(attn * (batch["inputs"][:, None, :] == targets[:, :, None]), -1)
+        log_p = jnp.logaddexp(log_gen + gen_lp, log_copy + _safe_log(copy_mass))
+        w = batch["loss_mask"].astype(jnp.float32)
+        denom = jnp.maximum(w.sum(), 1.0)
+        has = allowed.any(-1) & (w > 0)
+        gate = jnp.sum(jnp.exp(log_gen) * has) / jnp.maximum(has.sum(), 1)
+        return -(log_p * w).sum() / denom, {"copy_gate": gate}
+
+    return loss_fn
+
+
+@functools.partial(jax.jit, static_argnames=("lm_graphdef", "copy_graphdef", "max_new_tokens", "eos_id", "pad_id"))
+def copy_greedy(lm_graphdef: nnx.GraphDef, copy_graphdef: nnx.GraphDef, params, ids: jax.Array, mask: jax.Array,
+                *, max_new_tokens: int, eos_id: int, pad_id: int) -> jax.Array:
+    """Greedy decoding under the generate / copy mixture from left-padded prompts (B, P): tokens (B, N), pad
+    after the first `eos_id` (inclusive of it)."""
+    lm = nnx.merge(lm_graphdef, params["lm"])
+    head = nnx.merge(copy_graphdef, params["copy"])
+    B, P = ids.shape
+    cache = model_lib.init_cache(lm.config, B, P + max_new_tokens)
+    out = lm(ids, attention_mask=mask, cache=cache, return_hidden=True)
+    source_h = out.hidden
+    allowed = (mask & is_value(ids))[:, None, :]
+    unembedding = lm.unembedding()
+    onehot = jax.nn.one_hot(ids, unembedding.shape[1], dtype=jnp.float32)  # (B, P, V)
+
+    def next_token(h):  # h (B, D)
+        attn, log_gen, log_copy = head.attend(h[:, None], source_h, allowed)
+        p = (jnp.exp(log_gen) * jax.nn.softmax((h @ unembedding).astype(jnp.float32), -1)
+             + jnp.exp(log_copy) * jnp.einsum("bs,bsv->bv", attn[:, 0], onehot))
+        return jnp.argmax(p, -1).astype(jnp.int32)
+
+    def step(carry, _):
+        h, cache, done = carry
+        tok = jnp.where(done, pad_id, next_token(h))
+        o = lm(tok[:, None], attention_mask=~done[:, None], cache=cache, return_hidden=True)
+        return (o.hidden[:, -1], o.cache, done | (tok == eos_id)), tok
+
+    _, toks = jax.lax.scan(step, (out.hidden[:, -1], out.cache, jnp.zeros((B,), bool)), None,
+                           length=max_new_tokens)
+    return toks.T

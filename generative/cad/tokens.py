@@ -38,7 +38,7 @@ TEXT_WORDS = ("a", "make", "design", "rectangular", "plate", "l-shaped", "slot-s
               "length", "radius", "thickness", "notch", "with", "through", "hole", "at", "x", "y", "z", "then",
               "and", "plus", "boss", "square", "pocket", "cross", "depth", "height")
 NUMBER_WORDS = tuple(str(i) for i in range(-128, 256))
-ROLE_WORDS = tuple(f"role:{r}" for r in corpus.ROLES)
+ROLE_WORDS = (*(f"role:{r}" for r in corpus.ROLES), "rel:corner", "rel:centred")
 WORDS = tuple(dict.fromkeys((*SPECIALS, *CMD_WORDS.values(), *VALUE_WORDS, *PLAN_WORDS, *TEXT_WORDS, *NUMBER_WORDS,
                              *ROLE_WORDS)))
 IDS = {w: i for i, w in enumerate(WORDS)}

@@ -4,7 +4,9 @@ execute, score (metrics.py), render, and write metrics.json.
 
 Arms (PTA-lite):
 - direct: text -> commands;
-- pta: planner(text) -> plan; tagger(text) -> requirement memory; actioner(plan, memory, text) -> commands;
+- pta: planner(text) -> plan; tagger(text) -> requirement memory; actioner(plan, memory, text) -> commands,
+  with the copy path (a pointer from each command argument to the memory's levels, `model.copy_loss`);
+- pta_no_copy: the same with the memory in the prompt only (no copy path);
 - pta_no_ram: planner(text) -> plan; actioner trained without memory (plan, text) -> commands;
 - pta_gold_plan: the gold plan in place of the planner's, memory from the tagger (what planning can give).
 """
@@ -21,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 import optax
+from flax import nnx
 
 from core import data as data_lib
 from core import train as train_lib
@@ -36,7 +39,7 @@ MAX_PLAN_TOKENS = 32
 MAX_COMMAND_TOKENS = 96  # the longest corpus program is 81 command tokens; the rest is room for errors
 LEVELS = tuple(range(len(corpus.LEVELS)))
 TAGGER_LENGTH = 64
-PROMPT_LENGTH = 128  # every prompt (direct, planner, actioner) is left-padded to this: one decode compile each
+PROMPT_LENGTH = 160  # every prompt (direct, planner, actioner) is left-padded to this: one decode compile each
 
 
 def make_parts(config: CADConfig) -> tuple[list[corpus.Part], list[corpus.Part]]:
@@ -47,21 +50,29 @@ def make_parts(config: CADConfig) -> tuple[list[corpus.Part], list[corpus.Part]]
 
 
 @functools.lru_cache(maxsize=16)
-def _optimizer_and_step(model_config, steps: int, lr: float, warmup: int, weight_decay: float):
-    """One jitted step per (model size, schedule): the arms and seeds of a benchmark reuse its compile."""
+def _optimizer_and_step(model_config, steps: int, lr: float, warmup: int, weight_decay: float, copy: bool):
+    """One jitted step per (model size, schedule, head): the arms and seeds of a benchmark reuse its compile."""
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, min(warmup, steps // 2), steps, lr * 0.05)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, b2=0.98, weight_decay=weight_decay))
     graphdef, _ = model_lib.abstract(model_config)
+    if copy:
+        copy_graphdef, _ = nnx.split(nnx.eval_shape(lambda: model.CopyHead(model_config.hidden_size,
+                                                                          rngs=nnx.Rngs(params=0))), nnx.Param)
+        return tx, train_lib.make_train_step(model.copy_loss(graphdef, copy_graphdef), tx)
     return tx, train_lib.make_train_step(losses.next_token_loss(graphdef), tx)
 
 
 def train_decoder(config: CADConfig, examples: Sequence, steps: int, workdir: pathlib.Path, key: jax.Array,
-                  *, progress_bar: bool = True) -> tuple[Any, Any, list[dict]]:
-    """A from-scratch core.lm decoder on packed (prompt, answer) examples, loss on the answers only."""
+                  *, copy: bool = False, progress_bar: bool = True) -> tuple[Any, Any, list[dict]]:
+    """A from-scratch core.lm decoder on packed (prompt, answer) examples, loss on the answers only. With `copy`
+    the decoder gets the copy head: graphdef is then (decoder, head) and params {"lm": ..., "copy": ...}."""
     rows = lm_data.pack(examples, config.seq_len)
     init_key, state_key = jax.random.split(key)
     graphdef, params = model_lib.init(config.model, init_key)
-    tx, step = _optimizer_and_step(config.model, steps, config.lr, config.warmup, config.weight_decay)
+    if copy:
+        copy_graphdef, copy_params = model.init_copy_head(config.model.hidden_size, jax.random.fold_in(init_key, 1))
+        graphdef, params = (graphdef, copy_graphdef), {"lm": params, "copy": copy_params}
+    tx, step = _optimizer_and_step(config.model, steps, config.lr, config.warmup, config.weight_decay, copy)
     state = train_lib.init_train_state(params, tx, state_key)
     loader = data_lib.ArrayLoader(rows, min(config.batch_size, rows["inputs"].shape[0]), seed=config.seed)
     state, history = train_lib.fit(state, step, loader, num_steps=steps, workdir=workdir, config=config,
@@ -70,7 +81,8 @@ def train_decoder(config: CADConfig, examples: Sequence, steps: int, workdir: pa
 
 
 def greedy(graphdef, params, prompts: Sequence[list[int]], max_new_tokens: int, batch: int) -> list[list[int]]:
-    """Greedy continuations up to `<eos>`; prompts left-padded to one bucket so every batch reuses a compile."""
+    """Greedy continuations up to `<eos>`; prompts left-padded to one bucket so every batch reuses a compile.
+    A (decoder, copy head) graphdef decodes under the generate / copy mixture (`model.copy_greedy`)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, stop_tokens=(tokens.EOS_ID,), pad_id=tokens.PAD_ID)
     length = max(PROMPT_LENGTH, -(-max(len(p) for p in prompts) // 32) * 32)
     out = []
@@ -79,6 +91,12 @@ def greedy(graphdef, params, prompts: Sequence[list[int]], max_new_tokens: int, 
         n = len(chunk)
         chunk += [chunk[-1]] * (batch - n)  # a fixed batch shape
         ids, mask = pad_prompts(chunk, pad_id=tokens.PAD_ID, length=length)
+        if isinstance(graphdef, tuple):
+            toks = np.asarray(jax.device_get(model.copy_greedy(
+                *graphdef, params, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokens.EOS_ID,
+                pad_id=tokens.PAD_ID)))
+            out += [[int(t) for t in toks[j] if t != tokens.PAD_ID] for j in range(n)]
+            continue
         gen = generate(graphdef, params, ids, mask, jax.random.key(0), sampling)
         toks, lens = jax.device_get((gen.tokens, gen.lengths))
         out += [list(toks[j, :lens[j]]) for j in range(n)]
@@ -102,25 +120,28 @@ def decode_program(ids: Sequence[int]):
 
 
 def train_all(config: CADConfig, train_parts, workdir: pathlib.Path, *, progress_bar: bool = True) -> dict[str, Any]:
-    """Every model the configured arms need, keyed direct | planner | actioner | actioner_no_ram | tagger."""
+    """Every model the configured arms need, keyed direct | planner | actioner | actioner_no_copy |
+    actioner_no_ram | tagger."""
     arms = set(config.arms)
     key = jax.random.key(config.seed)
     models: dict[str, Any] = {"history": {}}
-    needs = {"direct": "direct" in arms, "planner": bool(arms & {"pta", "pta_no_ram"}),
-             "actioner": bool(arms & {"pta", "pta_gold_plan"}), "actioner_no_ram": "pta_no_ram" in arms}
-    steps = {"direct": config.total_direct_steps, "planner": config.planner_steps,
-             "actioner": config.actioner_steps, "actioner_no_ram": config.actioner_steps}
+    needs = {"direct": "direct" in arms, "planner": bool(arms & {"pta", "pta_no_copy", "pta_no_ram"}),
+             "actioner": bool(arms & {"pta", "pta_gold_plan"}), "actioner_no_ram": "pta_no_ram" in arms,
+             "actioner_no_copy": "pta_no_copy" in arms}
+    steps = {"direct": config.total_direct_steps, "planner": config.planner_steps, "actioner": config.actioner_steps,
+             "actioner_no_ram": config.actioner_steps, "actioner_no_copy": config.actioner_steps}
     for i, (kind, needed) in enumerate(needs.items()):
         if not needed:
             continue
         t0 = time.time()
-        graphdef, params, history = train_decoder(config, data.examples(train_parts, kind), steps[kind],
-                                                  workdir / kind, jax.random.fold_in(key, i),
+        examples = data.examples(train_parts, "actioner" if kind == "actioner_no_copy" else kind)
+        graphdef, params, history = train_decoder(config, examples, steps[kind], workdir / kind,
+                                                  jax.random.fold_in(key, i), copy=kind == "actioner",
                                                   progress_bar=progress_bar)
         models[kind] = (graphdef, params)
         models["history"][kind] = history
         models[f"{kind}_seconds"] = time.time() - t0
-    if needs["actioner"]:
+    if needs["actioner"] or needs["actioner_no_copy"]:
         t0 = time.time()
         arrays = data.tagger_arrays(train_parts, TAGGER_LENGTH)
         graphdef, params, tag_losses = model.train_tagger(arrays, vocab=tokens.VOCAB, steps=config.tagger_steps,
@@ -156,7 +177,7 @@ def predict(config: CADConfig, models: dict, parts, level: int, arm: str) -> dic
         tags = tag_texts(models["tagger"], texts)
         memories = [data.memory_words(w, t) for w, t in zip(texts, tags)]
         extra["memory_exact"] = float(np.mean([m == data.gold_memory(p, level) for m, p in zip(memories, parts)]))
-        gd, pr = models["actioner"]
+        gd, pr = models["actioner_no_copy" if arm == "pta_no_copy" else "actioner"]
     prompts = [tokens.encode(data.actioner_prompt(p, level, pl, m)) for p, pl, m in zip(parts, plans, memories)]
     outs = greedy(gd, pr, prompts, MAX_COMMAND_TOKENS, config.eval_batch)
     return {"programs": [decode_program(o) for o in outs], **extra}

@@ -20,7 +20,7 @@ pytest.importorskip("manifold3d")
 
 
 def test_tiny_run_writes_metrics_renders_and_rows(tmp_path):
-    cfg = dataclasses.replace(presets()["tiny"], arms=("direct", "pta", "pta_gold_plan"))
+    cfg = dataclasses.replace(presets()["tiny"], arms=("direct", "pta", "pta_no_copy", "pta_gold_plan"))
     metrics = EXPERIMENT.run(cfg, tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text()) == pytest.approx(metrics, nan_ok=True)
     rows = json.loads((tmp_path / "eval.json").read_text())["rows"]
@@ -28,7 +28,7 @@ def test_tiny_run_writes_metrics_renders_and_rows(tmp_path):
     for r in rows:
         assert 0 <= r["invalid_ratio"] <= 1 and r["n"] == cfg.n_test
         assert r["requirements_stated"] == 0 if r["level"] == 0 else r["requirements_stated"] > 0
-    assert all("plan_exact" in r for r in rows if r["arm"] == "pta")
+    assert all("plan_exact" in r and "memory_exact" in r for r in rows if r["arm"] in ("pta", "pta_no_copy"))
     assert all("memory_exact" in r and "plan_exact" not in r for r in rows if r["arm"] == "pta_gold_plan")
     for name in ("renders.png", "levels.png", "loss_direct.png", "parts/part0_gt.stl"):
         assert (tmp_path / name).stat().st_size > 1000
