@@ -10,7 +10,9 @@ Presets (2 shared CPU cores):
 - `demo`: `iclr26 run cad --preset demo` (~4 min): d = 64, 2 layers, 3,000 parts, 200 planner and 330
   actioner steps at batch 8 (direct: 530); renders and per-level metrics of every arm. The benchmark runs the
   same models with 1,000 actioner steps (direct: 1,200).
-- `paper`: the notes' PTA-lite scale (50k parts, d = 128, 4 layers; hours on a CPU, untested here).
+- `paper`: the notes' PTA-lite scale (50k parts, d = 128, 4 layers) with the planner an LLM from a local
+  HuggingFace folder (`planner_path`, default /models/Qwen2.5-1.5B-Instruct; fully fine-tuned for 1,000 steps at
+  lr 1e-5); needs the weights and a GPU (not run here). `--set planner_path=` gives the from-scratch planner.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class CADConfig:
     actioner_steps: int = 6000  # training steps of each actioner (with and without the requirement memory)
     direct_steps: int = 0  # 0 = planner_steps + actioner_steps (equal compute)
     tagger_steps: int = 1500  # requirement (RAM) tagger training steps
+    planner_path: str = ""  # local HF folder fine-tuned as the planner (empty: a from-scratch decoder)
+    planner_lr: float = 1e-5  # learning rate of the LLM planner's full fine-tuning (with planner_path)
+    planner_seq_len: int = 256  # tokens per packed training row of the LLM planner (with planner_path)
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
@@ -62,6 +67,8 @@ class CADConfig:
         check(1 <= self.max_extrusions <= 3, "max_extrusions", self.max_extrusions, "1..3")
         check(self.seq_len >= 232, "seq_len", self.seq_len, ">= 232 (the longest actioner example with its memory)")
         check(self.lr > 0, "lr", self.lr, "> 0")
+        check(self.planner_lr > 0, "planner_lr", self.planner_lr, "> 0")
+        check(self.planner_seq_len > 0, "planner_seq_len", self.planner_seq_len, "> 0")
         check(len(self.arms) > 0 and all(a in ARMS for a in self.arms), "arms", self.arms, f"a subset of {ARMS}")
         check(self.renders >= 0, "renders", self.renders, ">= 0")
 
@@ -79,4 +86,5 @@ def presets() -> dict[str, CADConfig]:
     demo = CADConfig(model=_lm(64, 2, 4), n_train=3000, n_test=30, planner_steps=200, actioner_steps=330,
                      tagger_steps=600, batch_size=8, lr=3e-3, eval_batch=60, chamfer_points=1000, log_every=50,
                      warmup=30)
-    return {"tiny": tiny, "demo": demo, "paper": CADConfig()}
+    return {"tiny": tiny, "demo": demo, "paper": CADConfig(planner_path="/models/Qwen2.5-1.5B-Instruct",
+                                                           planner_steps=1000)}

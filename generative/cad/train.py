@@ -31,7 +31,7 @@ from core.lm import data as lm_data
 from core.lm import losses
 from core.lm import model as model_lib
 from core.lm.generate import SamplingConfig, generate, pad_prompts
-from generative.cad import corpus, data, executor, metrics, model, render, tokens
+from generative.cad import corpus, data, executor, hf, metrics, model, render, tokens
 from generative.cad.commands import CADError
 from generative.cad.configs import CADConfig
 
@@ -134,6 +134,12 @@ def train_all(config: CADConfig, train_parts, workdir: pathlib.Path, *, progress
         if not needed:
             continue
         t0 = time.time()
+        if kind == "planner" and config.planner_path:  # the paper's planner: a fine-tuned local LLM
+            models[kind], models["history"][kind] = hf.train_planner(config, train_parts, workdir / kind,
+                                                                     jax.random.fold_in(key, i),
+                                                                     progress_bar=progress_bar)
+            models[f"{kind}_seconds"] = time.time() - t0
+            continue
         examples = data.examples(train_parts, "actioner" if kind == "actioner_no_copy" else kind)
         graphdef, params, history = train_decoder(config, examples, steps[kind], workdir / kind,
                                                   jax.random.fold_in(key, i), copy=kind == "actioner",
@@ -164,10 +170,14 @@ def predict(config: CADConfig, models: dict, parts, level: int, arm: str) -> dic
     if arm == "pta_gold_plan":
         plans = [list(p.plan) for p in parts]
     else:
-        gd, pr = models["planner"]
-        plan_ids = greedy(gd, pr, [tokens.encode(data.planner_prompt(p, level)) for p in parts], MAX_PLAN_TOKENS,
-                          config.eval_batch)
-        plans = [tokens.decode(o) for o in plan_ids]
+        if isinstance(models["planner"], hf.LLMPlanner):
+            plans = hf.plans(models["planner"], parts, level, max_new_tokens=4 * MAX_PLAN_TOKENS,
+                             batch=config.eval_batch)
+        else:
+            gd, pr = models["planner"]
+            plan_ids = greedy(gd, pr, [tokens.encode(data.planner_prompt(p, level)) for p in parts],
+                              MAX_PLAN_TOKENS, config.eval_batch)
+            plans = [tokens.decode(o) for o in plan_ids]
         extra["plan_exact"] = float(np.mean([pl == list(p.plan) for pl, p in zip(plans, parts)]))
     if arm == "pta_no_ram":
         memories = [None] * len(parts)
