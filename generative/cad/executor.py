@@ -237,8 +237,10 @@ def export_stl(program: Program, path: str | pathlib.Path) -> pathlib.Path:
 
 
 def export_step(program: Program, path: str | pathlib.Path) -> pathlib.Path:
-    """Exact B-rep STEP through build123d (optional extra `cad-brep`); the same loops, planes and booleans.
-    Also a validator: OCP raises on a degenerate arc or a bow-tie as the mesh executor does."""
+    """A B-rep STEP through build123d / OCP (optional extra `cad-brep`): the same polygonal loops (arcs and circles
+    discretised as in the mesh executor), planes and booleans, so the solid's volume equals `execute`'s (tested).
+    Each profile is first checked as the mesh executor checks it (a bow-tie, a degenerate arc, a collinear loop
+    raise the same one-line CADError): OCP itself builds a bow-tie face without complaint."""
     try:
         import build123d as bd
     except ImportError as e:
@@ -247,6 +249,7 @@ def export_step(program: Program, path: str | pathlib.Path) -> pathlib.Path:
     solid = None
     for k, ext in enumerate(program):
         x, _, n = ext.plane.frame()
+        profile_polygon(ext, f"extrusion {k}")
         lo, hi = _extent(ext, f"extrusion {k}")
         plane = bd.Plane(origin=tuple(np.asarray(ext.plane.origin) + n * lo), x_dir=tuple(x), z_dir=tuple(n))
         faces = None
