@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import pathlib
 import subprocess
 import sys
@@ -59,6 +60,31 @@ def metric_checks() -> list[dict]:
     out.append(check("overall_weights", "overall = 0.25 CLIP + 0.25 semantic + 0.20 R@10 + 0.15 lexical + 0.10 R@5 "
                      "+ 0.05 R@1 (semantic = CLIP, double-counted as released)", abs(w - 1) < 1e-12,
                      f"weights {metrics.OVERALL_WEIGHTS} sum to {w}"))
+    return out
+
+
+SUMMARY_KEYS = (("R@1", "r_at_1"), ("R@5", "r_at_5"), ("R@10", "r_at_10"), ("lexical", "lexical_similarity"),
+                ("text cosine", "clip_score"), ("FID", "fid_score"), ("overall", "overall_score"),
+                ("reward", "mean_reward"), ("fabric", "acc_fabric"), ("technique", "acc_technique"),
+                ("shape", "acc_shape"), ("dating", "acc_dating"), ("decoration", "acc_decoration"),
+                ("attribution", "acc_attribution"))
+
+
+def summary_rows(rows: list[dict]) -> list[dict]:
+    """One row per arm: hits@1 per seed, and mean +- sample sd over seeds of each metric (rendered in the README)."""
+    out = []
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        row = {"arm": arm, "hits@1 per seed": "/".join(str(int(r["hits_at_1"])) for r in mine)}
+        for label, key in SUMMARY_KEYS:
+            vals = [float(r[key]) for r in mine if r.get(key) is not None]
+            if not vals:
+                row[label] = ""
+            elif len(vals) == 1 or np.std(vals) == 0:
+                row[label] = f"{vals[0]:.3f}" if len(vals) == 1 else f"{np.mean(vals):.3f}"
+            else:
+                row[label] = f"{np.mean(vals):.3f} +- {np.std(vals, ddof=1):.3f}"
+        out.append(row)
     return out
 
 
@@ -105,10 +131,13 @@ def main() -> None:
     parser.add_argument("--preset", default="demo")
     parser.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. sft_steps=300")
     parser.add_argument("--claims-from-rows", action="store_true")
+    parser.add_argument("--name", default=NAME, help="results file name (a variant: e.g. vasevqa_grpo300)")
     args = parser.parse_args()
-    path = RESULTS_DIR / f"{NAME}.json"
+    path = RESULTS_DIR / f"{args.name}.json"
     if args.claims_from_rows:
         record = recompute_claims(path, make_claims)
+        record["summary"] = summary_rows(record["rows"])
+        path.write_text(json.dumps(record, indent=2) + "\n")
         for c in record["claims"]:
             print(c["id"], c["held"], c.get("interval"))
         return
@@ -142,8 +171,8 @@ def main() -> None:
              "text_encoder": encoder.name, "fid_encoder": "hash256",
              "base": "one pretrained base shared by the seeds; seeds vary SFT and GRPO",
              "load": {"before": load_before, "after": uptime()}}
-    write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
-                  config=dataclasses.asdict(config))
+    write_results(args.name, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
+                  config=dataclasses.asdict(config), summary=summary_rows(rows))
     for c in claims:
         print(c["id"], c["held"], c.get("evidence", "")[:160])
 
