@@ -80,8 +80,8 @@ def summary_rows(rows: list[dict]) -> list[dict]:
             vals = [float(r[key]) for r in mine if r.get(key) is not None]
             if not vals:
                 row[label] = ""
-            elif len(vals) == 1 or np.std(vals) == 0:
-                row[label] = f"{vals[0]:.3f}" if len(vals) == 1 else f"{np.mean(vals):.3f}"
+            elif max(vals) - min(vals) < 5e-4:  # one run, or the shared base scored per seed
+                row[label] = f"{round(float(np.mean(vals)), 3) + 0.0:.3f}"  # + 0.0: no "-0.000"
             else:
                 row[label] = f"{np.mean(vals):.3f} +- {np.std(vals, ddof=1):.3f}"
         out.append(row)
