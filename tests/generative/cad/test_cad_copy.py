@@ -161,3 +161,23 @@ def test_memories_fit_the_prompt_and_row_lengths():
     examples = data.examples(parts, "actioner", levels=(3,))
     assert max(len(p) for p, _ in examples) <= train.PROMPT_LENGTH
     assert max(len(p) + len(a) - 1 for p, a in examples) <= CONFIG.seq_len
+
+
+def test_a_sharded_copy_step_equals_one_device():
+    import optax
+
+    from core.sharding import make_mesh, replicate, shard_batch
+    from core.train import init_train_state, make_train_step
+
+    graphdefs, params = _init()
+    rows = lm_data.pack(data.examples(corpus.make_corpus(16, 0), "actioner"), CONFIG.seq_len)
+    batch = {k: v[:8] for k, v in rows.items()}
+    tx = optax.sgd(0.1)
+    step = make_train_step(model.copy_loss(*graphdefs), tx, donate=False)
+    state = init_train_state(params, tx, jax.random.key(1))
+    single, m1 = step(state, batch)
+    sharded, m8 = step(replicate(state, make_mesh(data=8)), shard_batch(batch, make_mesh(data=8)))
+    assert len(jax.tree.leaves(sharded.params)[0].sharding.device_set) == 8
+    np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(sharded.params)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
