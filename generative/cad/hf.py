@@ -1,7 +1,8 @@
 """The planner as a local LLM (`planner_path`: a HuggingFace folder with config.json, safetensors and
 tokenizer.json, e.g. Qwen2.5-1.5B-Instruct): the paper's planner is a fine-tuned LLM. Here it is fine-tuned in
 full on the corpus's (instruction -> plan) pairs in its ChatML format, answer-only loss, with `core.train.fit`,
-and plans are greedy continuations up to the tokenizer's end-of-turn token, read back as plan words.
+and plans are greedy continuations up to the tokenizer's end-of-turn token, read back as plan words
+(`train.llm_plans`).
 
 Nothing is downloaded; the weights are the user's (a GPU is needed at that size). The tests run the same path
 on a random-init folder with a word-level tokenizer.
@@ -21,7 +22,6 @@ from core import train as train_lib
 from core.config import BadInputError
 from core.lm import data as lm_data
 from core.lm import losses
-from core.lm.generate import SamplingConfig, generate, pad_prompts
 from core.lm.tokenizer import Tokenizer, chat_format, load_tokenizer
 from core.lm.weights import load_hf
 from generative.cad.corpus import Part
@@ -75,23 +75,3 @@ def train_planner(config, parts: Sequence[Part], workdir: pathlib.Path, key: jax
                                    config=config, log_every=min(config.log_every, config.planner_steps),
                                    ckpt_every=config.planner_steps, progress_bar=progress_bar)
     return LLMPlanner(graphdef, state.params, tok), history
-
-
-def plans(planner: LLMPlanner, parts: Sequence[Part], level: int, *, max_new_tokens: int, batch: int
-          ) -> list[list[str]]:
-    """Greedy plans for `parts` at `level`, as plan words (whatever the model writes, split on spaces)."""
-    tok = planner.tokenizer
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens, stop_tokens=(tok.eos_id,), pad_id=tok.pad_id or 0)
-    prompts = [tok.encode(prompt_text(p, level)) for p in parts]
-    length = -(-max(len(p) for p in prompts) // 32) * 32
-    out = []
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i:i + batch]
-        n = len(chunk)
-        chunk = chunk + [chunk[-1]] * (batch - n)
-        ids, mask = pad_prompts(chunk, pad_id=tok.pad_id or 0, length=length)
-        gen = generate(planner.graphdef, planner.params, ids, mask, jax.random.key(0), sampling)
-        toks, lens = jax.device_get((gen.tokens, gen.lengths))
-        out += [tok.decode([t for t in toks[j, :lens[j]] if t != tok.eos_id]).split() for j in range(n)]
-    return out
-

@@ -80,27 +80,37 @@ def train_decoder(config: CADConfig, examples: Sequence, steps: int, workdir: pa
     return graphdef, state.params, history
 
 
-def greedy(graphdef, params, prompts: Sequence[list[int]], max_new_tokens: int, batch: int) -> list[list[int]]:
-    """Greedy continuations up to `<eos>`; prompts left-padded to one bucket so every batch reuses a compile.
-    A (decoder, copy head) graphdef decodes under the generate / copy mixture (`model.copy_greedy`)."""
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens, stop_tokens=(tokens.EOS_ID,), pad_id=tokens.PAD_ID)
-    length = max(PROMPT_LENGTH, -(-max(len(p) for p in prompts) // 32) * 32)
+def greedy(graphdef, params, prompts: Sequence[list[int]], max_new_tokens: int, batch: int, *,
+           eos_id: int = tokens.EOS_ID, pad_id: int = tokens.PAD_ID, min_length: int = PROMPT_LENGTH
+           ) -> list[list[int]]:
+    """Greedy continuations up to `eos_id` (included); prompts left-padded to one bucket (at least `min_length`)
+    so every batch reuses a compile. A (decoder, copy head) graphdef decodes under the generate / copy mixture
+    (`model.copy_greedy`). The ids default to the CAD vocabulary's; the LLM planner passes its tokenizer's."""
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, stop_tokens=(eos_id,), pad_id=pad_id)
+    length = max(min_length, -(-max(len(p) for p in prompts) // 32) * 32)
     out = []
     for i in range(0, len(prompts), batch):
         chunk = list(prompts[i:i + batch])
         n = len(chunk)
         chunk += [chunk[-1]] * (batch - n)  # a fixed batch shape
-        ids, mask = pad_prompts(chunk, pad_id=tokens.PAD_ID, length=length)
+        ids, mask = pad_prompts(chunk, pad_id=pad_id, length=length)
         if isinstance(graphdef, tuple):
             toks = np.asarray(jax.device_get(model.copy_greedy(
-                *graphdef, params, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokens.EOS_ID,
-                pad_id=tokens.PAD_ID)))
-            out += [[int(t) for t in toks[j] if t != tokens.PAD_ID] for j in range(n)]
+                *graphdef, params, ids, mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)))
+            out += [[int(t) for t in toks[j] if t != pad_id] for j in range(n)]
             continue
         gen = generate(graphdef, params, ids, mask, jax.random.key(0), sampling)
         toks, lens = jax.device_get((gen.tokens, gen.lengths))
         out += [list(toks[j, :lens[j]]) for j in range(n)]
     return out
+
+
+def llm_plans(planner: hf.LLMPlanner, parts, level: int, *, max_new_tokens: int, batch: int) -> list[list[str]]:
+    """The LLM planner's greedy plans for `parts` at `level`, as plan words (what it writes, split on spaces)."""
+    tok = planner.tokenizer
+    outs = greedy(planner.graphdef, planner.params, [tok.encode(hf.prompt_text(p, level)) for p in parts],
+                  max_new_tokens, batch, eos_id=tok.eos_id, pad_id=tok.pad_id or 0, min_length=32)
+    return [tok.decode([t for t in o if t != tok.eos_id]).split() for o in outs]
 
 
 def tag_texts(tagger, texts: Sequence[list[str]]) -> list[list[int]]:
@@ -171,8 +181,8 @@ def predict(config: CADConfig, models: dict, parts, level: int, arm: str) -> dic
         plans = [list(p.plan) for p in parts]
     else:
         if isinstance(models["planner"], hf.LLMPlanner):
-            plans = hf.plans(models["planner"], parts, level, max_new_tokens=4 * MAX_PLAN_TOKENS,
-                             batch=config.eval_batch)
+            plans = llm_plans(models["planner"], parts, level, max_new_tokens=4 * MAX_PLAN_TOKENS,
+                              batch=config.eval_batch)
         else:
             gd, pr = models["planner"]
             plan_ids = greedy(gd, pr, [tokens.encode(data.planner_prompt(p, level)) for p in parts],

@@ -40,7 +40,7 @@ def test_the_llm_planner_is_fine_tuned_and_plans(folder, tmp_path):
     planner, history = models["planner"], models["history"]["planner"]
     assert isinstance(planner, hf.LLMPlanner)
     assert history[-1]["loss"] < 0.3 * history[0]["loss"]
-    plans = hf.plans(planner, test_parts, 3, max_new_tokens=40, batch=4)
+    plans = train.llm_plans(planner, test_parts, 3, max_new_tokens=40, batch=4)
     assert len(plans) == len(test_parts)
     exact = np.mean([pl == list(p.plan) for pl, p in zip(plans, test_parts)])
     assert exact > 0  # a short plan vocabulary: 60 steps write some plans exactly
