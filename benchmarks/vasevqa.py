@@ -1,6 +1,7 @@
 """VaseVQA-3D / VaseVLM (paper 18) on procedural vases: base vs LoRA-SFT vs SFT+GRPO, paired over seeds.
 
-    nice -n 10 .venv/bin/python -u benchmarks/vasevqa.py                   # the committed run
+    .venv/bin/python benchmarks/vasevqa.py                                  # the committed run (idle: ~2.5 min)
+    .venv/bin/python benchmarks/vasevqa.py --set grpo_steps=300 --name vasevqa_grpo300   # a variant, own file
     .venv/bin/python benchmarks/vasevqa.py --claims-from-rows                # recompute the claims from the rows
 
 One rendered dataset (the preset's train vases and the paper's 96 test captions), one pretrained base model
