@@ -13,6 +13,8 @@ Presets (2 shared CPU cores):
 - `paper`: the notes' PTA-lite scale (50k parts, d = 128, 4 layers) with the planner an LLM from a local
   HuggingFace folder (`planner_path`, default /models/Qwen2.5-1.5B-Instruct; fully fine-tuned for 1,000 steps at
   lr 1e-5); needs the weights and a GPU (not run here). `--set planner_path=` gives the from-scratch planner.
+  With an LLM planner the direct decoder still gets planner + actioner steps, which is not equal compute (a
+  1.5B planner costs far more per step): the comparison is then PTA as the paper builds it against direct.
 """
 
 from __future__ import annotations

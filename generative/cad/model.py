@@ -171,8 +171,8 @@ def copy_loss(lm_graphdef: nnx.GraphDef, copy_graphdef: nnx.GraphDef):
 @functools.partial(jax.jit, static_argnames=("lm_graphdef", "copy_graphdef", "max_new_tokens", "eos_id", "pad_id"))
 def copy_greedy(lm_graphdef: nnx.GraphDef, copy_graphdef: nnx.GraphDef, params, ids: jax.Array, mask: jax.Array,
                 *, max_new_tokens: int, eos_id: int, pad_id: int) -> jax.Array:
-    """Greedy decoding under the generate / copy mixture from left-padded prompts (B, P): tokens (B, N), pad
-    after the first `eos_id` (inclusive of it)."""
+    """Greedy decoding under the generate / copy mixture from left-padded prompts (B, P): tokens (B, N), each row
+    up to and including its first `eos_id`, then `pad_id`."""
     lm = nnx.merge(lm_graphdef, params["lm"])
     head = nnx.merge(copy_graphdef, params["copy"])
     B, P = ids.shape
