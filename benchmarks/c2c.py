@@ -10,7 +10,9 @@ Per seed: a new world, both models trained from scratch (receiver 4 x 128, 4 hea
 entities the fuser never saw: `city` (a fact only the sharer knows, asked in the shared QA format) and `two_hop`
 (the sharer's city, then the receiver's colour). Claims are paired over seeds (95 % t-interval of the
 per-seed differences); chance is 1 / cities or 1 / colours, the oracle the receiver's cache enriched with the
-true hint. Latency: single-query wall time of T2T and C2C, interleaved in one process.
+true hint. Latency: single-query wall time of T2T and C2C, interleaved in one process, on this world's task
+(a 2-word hint, a one-token answer) and at the reference's lengths (a 64-token background text, a 64-token
+answer).
 
 Writes benchmarks/results/c2c.json and the table in interp/c2c/README.md.
 """
@@ -63,6 +65,15 @@ def _arm(rows, direction, kind, cond):
     return [r[cond] for r in sel]
 
 
+def _speed_claim(name: str, statement: str, lat: list[dict], suffix: str, how: str) -> dict:
+    c2c_s, t2t_s = [r[f"c2c{suffix}_seconds"] for r in lat], [r[f"t2t{suffix}_seconds"] for r in lat]
+    speed = [t / c for t, c in zip(t2t_s, c2c_s)]
+    return paired_claim(
+        name, statement, c2c_s, t2t_s, higher_is_better=False,
+        evidence=f"median single-query seconds: C2C {np.mean(c2c_s) * 1e3:.2f} ms, T2T {np.mean(t2t_s) * 1e3:.2f} ms "
+                 f"(speed-up {np.mean(speed):.2f}x, per seed {', '.join(f'{s:.2f}' for s in speed)}); {how}")
+
+
 def claims_of(rows: list[dict]) -> list[dict]:
     out = []
     for kind, what in (("two_hop", "two-hop questions (the sharer's city, the receiver's colour)"),
@@ -79,16 +90,20 @@ def claims_of(rows: list[dict]) -> list[dict]:
                          f"chance {chance:.3f}; cache-enrichment oracle {np.mean(oracle):.3f}"))
     lat = [r for r in rows if r["direction"] == "main" and r["kind"] == "two_hop"]
     lat.sort(key=lambda r: r["seed"])
-    c2c_s, t2t_s = [r["c2c_seconds"] for r in lat], [r["t2t_seconds"] for r in lat]
-    speed = [t / c for t, c in zip(t2t_s, c2c_s)]
-    out.append(paired_claim(
-        "c2c_faster_than_t2t", "C2C is faster per query than text-to-text (the paper: about 2x-2.5x)",
-        c2c_s, t2t_s, higher_is_better=False,
-        evidence=f"median single-query seconds: C2C {np.mean(c2c_s) * 1e3:.2f} ms, T2T {np.mean(t2t_s) * 1e3:.2f} ms "
-                 f"(speed-up {np.mean(speed):.2f}x, per seed {', '.join(f'{s:.2f}' for s in speed)}); T2T: the sharer "
-                 "prefills `BOS e lives in` and decodes `c . EOS` (3 steps), the receiver reads the 5-token hint + "
-                 "question; C2C: both prefill the section, the fuser runs, the receiver steps once. The paper's "
-                 "hints are long texts; ours is 2 generated words"))
+    if "t2t_generate_seconds" in lat[0]:
+        hint, answer = lat[0]["latency_hint_tokens"], lat[0]["latency_answer_tokens"]
+        out.append(_speed_claim(
+            "c2c_faster_than_t2t", "C2C is faster per query than text-to-text at the reference's lengths (the "
+            "paper: about 2x-2.5x)", lat, "_generate",
+            f"T2T: the sharer writes {hint} tokens, the receiver reads them with the question and writes {answer}; "
+            f"C2C: both prefill the question, the fuser runs, the receiver writes {answer}. The reference's eval "
+            "recipe caps the background text and the answer at max_new_tokens = 64; no stop token here, so each "
+            "arm writes exactly that many"))
+    out.append(_speed_claim(
+        "c2c_faster_than_t2t_short_hint", "C2C is faster per query than text-to-text on this world's task (a "
+        "2-word hint, a one-token answer)", lat, "",
+        "T2T: the sharer prefills `BOS e lives in` and decodes `c . EOS` (3 steps), the receiver reads the 5-token "
+        "hint + question; C2C: both prefill the section, the fuser runs, the receiver steps once"))
     diffs = [r["closed_gate_max_abs_diff"] for r in rows if r["direction"] == "main"]
     out.append(check("closed_gates_equal_receiver", "with every gate closed C2C gives exactly the receiver alone",
                      max(diffs) == 0.0, f"largest |logit difference| over seeds and question kinds: {max(diffs):g}",
@@ -175,7 +190,9 @@ def main() -> None:
              "sharer": "6 x 192, 6 heads (Qwen2-style, rope theta 1e6)",
              "fuser": f"hidden {config.fuser.hidden}, {config.fuser.steps} steps, batch {config.fuser.batch_size}",
              "lm_steps": [config.receiver_train.steps, config.sharer_train.steps],
-             "test_entities": config.world.num_test}
+             "test_entities": config.world.num_test,
+             "latency": f"{config.latency_queries} queries per arm, batch 1; generation lengths: hint "
+                        f"{config.latency_hint_tokens}, answer {config.latency_answer_tokens} tokens"}
     path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
                          training_curves=[{k: r[k] for k in ("seed", "receiver_loss", "sharer_loss")} for r in results])
     write_readme_table(rows)

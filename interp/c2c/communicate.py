@@ -202,6 +202,49 @@ def t2t_logits(pair: Pair, receiver_params: nnx.State, sharer_params: nnx.State,
     return logits, hint
 
 
+def _greedy(graphdef: nnx.GraphDef, params: nnx.State, logits: jax.Array, cache: KVCache, tokens: int
+            ) -> jax.Array:
+    """Exactly `tokens` greedy tokens (B, tokens) from a prefill's (logits, cache): no stop token, so the cost is
+    that of a text of this length."""
+    sampling = SamplingConfig(max_new_tokens=tokens, pad_id=data_lib.PAD)
+    return decode(graphdef, params, start_state(cache, logits), jax.random.key(0), sampling).tokens
+
+
+@functools.partial(jax.jit, static_argnames=("pair", "hint_tokens", "answer_tokens"))
+def t2t_generate(pair: Pair, receiver_params: nnx.State, sharer_params: nnx.State, request: jax.Array,
+                 question: jax.Array, question_mask: jax.Array, hint_tokens: int, answer_tokens: int) -> jax.Array:
+    """Text-to-text at set lengths, for timing: the sharer writes exactly `hint_tokens` tokens after `request`
+    (B, 4), the receiver reads `BOS e lives in <hint> Q ... ? A` and writes exactly `answer_tokens` tokens
+    (B, answer_tokens), which are returned. The reference's T2T writes a background text of up to
+    `max_new_tokens` and then generates the answer; this is its cost at those lengths (the world's own hint is
+    2 words, so past them the text is whatever the sharer continues with)."""
+    B = question.shape[0]
+    logits, cache = prefill(pair.sharer_graphdef, sharer_params, request, jnp.ones(request.shape, bool),
+                            cache_size=request.shape[1] + hint_tokens)
+    hint = _greedy(pair.sharer_graphdef, sharer_params, logits, cache, hint_tokens)
+    tokens = jnp.concatenate([request, hint, question], axis=1)
+    mask = jnp.concatenate([jnp.ones((B, request.shape[1] + hint_tokens), bool), question_mask], axis=1)
+    logits, cache = prefill(pair.receiver_graphdef, receiver_params, tokens, mask,
+                            cache_size=tokens.shape[1] + answer_tokens)
+    return _greedy(pair.receiver_graphdef, receiver_params, logits, cache, answer_tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("pair", "answer_tokens"))
+def c2c_generate(pair: Pair, fuser_params: nnx.State, receiver_params: nnx.State, sharer_params: nnx.State,
+                 tokens: jax.Array, mask: jax.Array, answer_tokens: int) -> jax.Array:
+    """C2C at a set answer length, for timing: as `c2c_logits` (both prefill the prompt section, the fuser
+    writes the receiver's cache, the receiver runs the answer cue), then the receiver writes exactly
+    `answer_tokens` tokens (B, answer_tokens) on its own (the default scope fuses the prompt section only)."""
+    if pair.fuser.include_response:
+        raise ValueError("c2c_generate: include_response=True fuses every response token; expected the default "
+                         "prompt-only scope")
+    section, last = tokens[:, :-1], tokens[:, -1:]
+    rc, sc = section_caches(pair, receiver_params, sharer_params, section, mask[:, :-1], 1 + answer_tokens)
+    rc, _ = fuse_slots(pair, fuser_params, sc, rc, 0, section.shape[1], mask[:, :-1])
+    out = model_lib.apply(pair.receiver_graphdef, receiver_params, last, cache=rc)
+    return _greedy(pair.receiver_graphdef, receiver_params, out.logits[:, -1], out.cache, answer_tokens)
+
+
 @functools.partial(jax.jit, static_argnames=("config", "graphdef", "hint_length"))
 def enriched_logits(config: LMConfig, graphdef: nnx.GraphDef, params: nnx.State, hinted: jax.Array,
                     hint_length: int = HINT_LENGTH) -> jax.Array:

@@ -104,6 +104,10 @@ class C2CConfig:
                                      anneal_steps=0)
     swap_roles: bool = True  # also train a fuser with the roles swapped (the small model receives)
     latency_queries: int = 24  # single-query timings per method, interleaved
+    # the timed generation lengths: the reference's T2T writes a background text of up to max_new_tokens = 64
+    # (its eval recipe) and both arms then generate an answer of up to 64 tokens
+    latency_hint_tokens: int = 64
+    latency_answer_tokens: int = 64
     seed: int = 0
     # the `paper` preset: local HF folders (config.json, safetensors, tokenizer.json)
     receiver_path: str = ""  # the receiver's local HF folder (set with sharer_path; empty = toy world)
@@ -113,6 +117,8 @@ class C2CConfig:
 
     def __post_init__(self):
         check(self.latency_queries >= 2, "latency_queries", self.latency_queries, ">= 2")
+        check(self.latency_hint_tokens >= 1, "latency_hint_tokens", self.latency_hint_tokens, ">= 1")
+        check(self.latency_answer_tokens >= 1, "latency_answer_tokens", self.latency_answer_tokens, ">= 1")
         check(self.align_strategy in ALIGN_STRATEGIES, "align_strategy", self.align_strategy,
               f"one of {ALIGN_STRATEGIES}")
         check(bool(self.receiver_path) == bool(self.sharer_path), "sharer_path", self.sharer_path,
@@ -133,7 +139,7 @@ def presets() -> dict[str, C2CConfig]:
                                    num_kv_heads=3, head_dim=16),
         receiver_train=tiny_lm, sharer_train=tiny_lm,
         fuser=FuserConfig(hidden=32, intermediate=32, steps=10, batch_size=16, lr=1e-3, anneal_steps=0),
-        latency_queries=2)
+        latency_queries=2, latency_hint_tokens=3, latency_answer_tokens=2)
     demo = C2CConfig(receiver_train=LMTrainConfig(steps=200, batch_size=32, lr=3e-3, warmup=30),
                      sharer_train=LMTrainConfig(steps=450, batch_size=32, lr=6e-3, warmup=30),
                      fuser=FuserConfig(hidden=256, intermediate=256, steps=200, batch_size=32, lr=1e-3,

@@ -195,26 +195,34 @@ def evaluate(pair: comm.Pair, fuser_params, receiver_params, sharer_params, worl
 
 
 def measure_latency(pair: comm.Pair, fuser_params, receiver_params, sharer_params, world: data_lib.World,
-                    kind: str, queries: int) -> dict[str, float]:
-    """Wall seconds per single query (batch 1, compiled, interleaved): T2T = sharer decoding of the hint +
-    receiver reading it; C2C = both prefills + fuser + the receiver's step. Medians over `queries`."""
+                    kind: str, queries: int, hint_tokens: int, answer_tokens: int) -> dict[str, float]:
+    """Wall seconds per single query (batch 1, compiled, the four programs interleaved), medians over `queries`:
+    - `t2t_seconds` / `c2c_seconds`: this world's task. T2T = the sharer writing its 2-word hint + the receiver
+      reading it; C2C = both prefills + fuser + the receiver's step; the answer is one token.
+    - `t2t_generate_seconds` / `c2c_generate_seconds`: the reference's lengths. T2T = the sharer writing
+      `hint_tokens` tokens, the receiver reading them and writing `answer_tokens`; C2C = both prefills + fuser +
+      the receiver writing `answer_tokens`."""
     test = data_lib.test_examples(world, kind)
-    times = {"t2t": [], "c2c": []}
-    for i in range(queries + 1):  # query 0 compiles both programs and is dropped
+    times = {"t2t": [], "c2c": [], "t2t_generate": [], "c2c_generate": []}
+    for i in range(queries + 1):  # query 0 compiles the programs and is dropped
         prompt, _ = test[i % len(test)]
         tokens, mask = data_lib.left_pad([prompt])
         request = np.asarray([world.statement(int(world.groups["test"][i % len(test)]))[0]], np.int32)
         question, question_mask = data_lib.left_pad([prompt[1:]])
-        t0 = time.perf_counter()
-        jax.block_until_ready(comm.t2t_logits(pair, receiver_params, sharer_params, request, question,
-                                              question_mask))
-        t1 = time.perf_counter()
-        jax.block_until_ready(comm.c2c_logits(pair, fuser_params, receiver_params, sharer_params, tokens, mask))
-        t2 = time.perf_counter()
-        if i:
-            times["t2t"].append(t1 - t0)
-            times["c2c"].append(t2 - t1)
-    return {f"{k}_seconds": float(np.median(v)) for k, v in times.items()}
+        calls = {
+            "t2t": lambda: comm.t2t_logits(pair, receiver_params, sharer_params, request, question, question_mask),
+            "c2c": lambda: comm.c2c_logits(pair, fuser_params, receiver_params, sharer_params, tokens, mask),
+            "t2t_generate": lambda: comm.t2t_generate(pair, receiver_params, sharer_params, request, question,
+                                                      question_mask, hint_tokens, answer_tokens),
+            "c2c_generate": lambda: comm.c2c_generate(pair, fuser_params, receiver_params, sharer_params, tokens,
+                                                      mask, answer_tokens)}
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(call())
+            if i:
+                times[name].append(time.perf_counter() - t0)
+    out = {f"{k}_seconds": float(np.median(v)) for k, v in times.items()}
+    return {**out, "latency_hint_tokens": hint_tokens, "latency_answer_tokens": answer_tokens}
 
 
 def _check_vocab(config: C2CConfig, world: data_lib.World) -> None:
@@ -265,7 +273,8 @@ def run_world(config: C2CConfig, *, progress_desc: str = "", workdir: pathlib.Pa
                  "gate_logits": np.asarray(comm.gate_logits(f_params, rc.num_layers, pair_map(pair))).tolist()}
         block.update(evaluate(pair, f_params, rp, sp, world, baselines=name == "main"))
         if name == "main":
-            block["latency"] = measure_latency(pair, f_params, rp, sp, world, "two_hop", config.latency_queries)
+            block["latency"] = measure_latency(pair, f_params, rp, sp, world, "two_hop", config.latency_queries,
+                                               config.latency_hint_tokens, config.latency_answer_tokens)
         result[name] = block
     result["wall_seconds"] = time.time() - t0
     return result
@@ -297,6 +306,8 @@ def run(config: C2CConfig, workdir: pathlib.Path | str) -> dict[str, float]:
     metrics["open_gates"] = int(np.sum(np.asarray(main["gate_logits"]) > 0))
     metrics.update(main["latency"])
     metrics["c2c_speedup_over_t2t"] = main["latency"]["t2t_seconds"] / main["latency"]["c2c_seconds"]
+    metrics["c2c_speedup_over_t2t_generate"] = (main["latency"]["t2t_generate_seconds"]
+                                                / main["latency"]["c2c_generate_seconds"])
     metrics["wall_seconds"] = result["wall_seconds"]
     train_lib.write_metrics(workdir, metrics)
     (workdir / "result.json").write_text(__import__("json").dumps(result, indent=1, default=float) + "\n")

@@ -126,6 +126,43 @@ def test_text_to_text_reads_the_sharer_hint():
     np.testing.assert_array_equal(np.asarray(hint[:, :3]), requests[:, 1:])  # `e lives in`, then the sharer's words
 
 
+def _greedy_by_full_forwards(graphdef, params, tokens, mask, n):
+    """Reference: n greedy tokens, each from a full forward over the whole (left-padded) text so far."""
+    out = []
+    for _ in range(n):
+        tok = jnp.argmax(comm.lm_logits(graphdef, params, tokens, mask), axis=-1).astype(jnp.int32)[:, None]
+        out.append(tok)
+        tokens, mask = jnp.concatenate([tokens, tok], 1), jnp.concatenate([mask, jnp.ones_like(tok, bool)], 1)
+    return jnp.concatenate(out, 1)
+
+
+def test_timed_generation_paths_write_what_full_forwards_write():
+    """The latency programs at set lengths: T2T's answer is the receiver's greedy continuation of
+    `request + the sharer's greedy hint + question`; C2C with closed gates writes the receiver alone's answer
+    and with open gates a different one (it reads the fused cache)."""
+    pair, f_params, r_params, s_params = _pair(FuserConfig(hidden=16, intermediate=16))
+    test = D.test_examples(WORLD, "two_hop")
+    requests = np.asarray([WORLD.statement(int(e))[0] for e in WORLD.groups["test"]], np.int32)
+    qt, qm = D.left_pad([p[1:] for p, _ in test])
+    got = comm.t2t_generate(pair, r_params, s_params, requests, qt, qm, 4, 3)
+    hint = _greedy_by_full_forwards(pair.sharer_graphdef, s_params, jnp.asarray(requests),
+                                    jnp.ones(requests.shape, bool), 4)
+    text = jnp.concatenate([requests, hint, qt], 1)
+    text_mask = jnp.concatenate([jnp.ones((len(test), requests.shape[1] + 4), bool), qm], 1)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(
+        _greedy_by_full_forwards(pair.receiver_graphdef, r_params, text, text_mask, 3)))
+    tokens, mask = D.left_pad([p for p, _ in test])
+    alone = _greedy_by_full_forwards(pair.receiver_graphdef, r_params, tokens, mask, 3)
+    closed = comm.c2c_generate(pair, comm.close_gates(f_params), r_params, s_params, tokens, mask, 3)
+    np.testing.assert_array_equal(np.asarray(closed), np.asarray(alone))
+    opened = comm.c2c_generate(pair, comm.set_gates(f_params, 1.0), r_params, s_params, tokens, mask, 3)
+    first, _ = comm.c2c_logits(pair, comm.set_gates(f_params, 1.0), r_params, s_params, tokens, mask)
+    np.testing.assert_array_equal(np.asarray(opened[:, 0]), np.asarray(jnp.argmax(first, -1)))
+    with pytest.raises(ValueError, match="include_response"):
+        pair_r, *_ = _pair(FuserConfig(hidden=16, intermediate=16, include_response=True))
+        comm.c2c_generate(pair_r, f_params, r_params, s_params, tokens, mask, 3)
+
+
 @pytest.fixture(scope="module")
 def trained_models(module_compile_cache):
     """A few steps of the real LM trainer for both models (shared by the two fuser-training tests)."""
