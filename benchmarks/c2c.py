@@ -35,6 +35,7 @@ from interp.c2c.configs import presets  # noqa: E402
 from interp.c2c.train import CONDITIONS, run_world, with_seed  # noqa: E402
 
 NAME = "c2c"
+CLOSED_LOGIT_TOLERANCE = 1e-4  # float32 rounding of two separately compiled programs; an open gate moves logits ~0.1
 
 
 def rows_of(result: dict, config) -> list[dict]:
@@ -47,6 +48,7 @@ def rows_of(result: dict, config) -> list[dict]:
             row = {"seed": result["seed"], "direction": direction, "kind": kind,
                    **{c: block[kind].get(c) for c in (*CONDITIONS, "hint_exact")},
                    "closed_gate_max_abs_diff": block[kind]["closed_gate_max_abs_diff"],
+                   "closed_gate_cache_max_abs_diff": block[kind].get("closed_gate_cache_max_abs_diff"),
                    "chance": 1 / (config.world.num_cities if kind == "city" else config.world.num_colours)}
             if kind == "two_hop":
                 logits = np.asarray(block["gate_logits"])
@@ -104,10 +106,21 @@ def claims_of(rows: list[dict]) -> list[dict]:
         "2-word hint, a one-token answer)", lat, "",
         "T2T: the sharer prefills `BOS e lives in` and decodes `c . EOS` (3 steps), the receiver reads the 5-token "
         "hint + question; C2C: both prefill the section, the fuser runs, the receiver steps once"))
-    diffs = [r["closed_gate_max_abs_diff"] for r in rows if r["direction"] == "main"]
-    out.append(check("closed_gates_equal_receiver", "with every gate closed C2C gives exactly the receiver alone",
-                     max(diffs) == 0.0, f"largest |logit difference| over seeds and question kinds: {max(diffs):g}",
-                     n=len(diffs)))
+    main_rows = [r for r in rows if r["direction"] == "main"]
+    diffs = [r["closed_gate_max_abs_diff"] for r in main_rows]
+    cache = [r.get("closed_gate_cache_max_abs_diff") for r in main_rows]
+    if None in cache:  # rows from before the cache was compared: the logits alone, bit for bit
+        out.append(check("closed_gates_equal_receiver", "with every gate closed C2C gives exactly the receiver "
+                         "alone", max(diffs) == 0.0, f"largest |logit difference| over seeds and question kinds: "
+                         f"{max(diffs):g}", n=len(diffs)))
+    else:
+        out.append(check(
+            "closed_gates_equal_receiver", "with every gate closed the fuser leaves the receiver's cache unchanged "
+            "bit for bit, and C2C's logits are the receiver alone's to float rounding (< 1e-4)",
+            max(cache) == 0.0 and max(diffs) < CLOSED_LOGIT_TOLERANCE,
+            f"largest |cache difference| {max(cache):g}; largest |logit difference| {max(diffs):g} over seeds and "
+            "question kinds (the closed-fuser program and the receiver-alone program are compiled apart, so their "
+            "logits may round differently)", n=len(diffs)))
     opened = [(r["open_gates"], r["gates"]) for r in lat]
     subset = [0 < o < g for o, g in opened]
     out.append(claim(

@@ -145,6 +145,18 @@ def c2c_logits(pair: Pair, fuser_params: nnx.State, receiver_params: nnx.State, 
     return logits[:, -1], gates
 
 
+@functools.partial(jax.jit, static_argnames=("pair",))
+def closed_cache_difference(pair: Pair, fuser_params: nnx.State, receiver_params: nnx.State,
+                            sharer_params: nnx.State, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+    """The largest |fused - receiver| over the prompt section's keys and values with every gate shut: 0 when the
+    closed fuser leaves the receiver's cache as it was, bit for bit (in the default rotated key frame; the
+    unrotated one re-rotates keys, which rounds)."""
+    section = tokens[:, :-1]
+    rc, sc = section_caches(pair, receiver_params, sharer_params, section, mask[:, :-1], 1)
+    fused, _ = fuse_slots(pair, close_gates(fuser_params), sc, rc, 0, section.shape[1], mask[:, :-1])
+    return jnp.maximum(jnp.abs(fused.k - rc.k).max(), jnp.abs(fused.v - rc.v).max())
+
+
 def set_gates(fuser_params: nnx.State, value: float) -> nnx.State:
     """The same fuser with every gate logit set to `value` (-1: every hard gate shut; +1: every gate open)."""
     return jax.tree_util.tree_map_with_path(

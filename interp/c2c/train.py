@@ -169,7 +169,9 @@ def evaluate(pair: comm.Pair, fuser_params, receiver_params, sharer_params, worl
     per["receiver"] = acc(comm.lm_logits(pair.receiver_graphdef, receiver_params, tokens, mask))
     closed, _ = comm.c2c_logits(pair, comm.close_gates(fuser_params), receiver_params, sharer_params, tokens, mask)
     alone, _ = comm.c2c_logits(pair, fuser_params, receiver_params, sharer_params, tokens, mask, fuse=False)
-    diff = float(jnp.max(jnp.abs(closed - alone)))
+    diff = float(jnp.max(jnp.abs(closed - alone)))  # two compiled programs: equal up to float rounding
+    cache_diff = float(comm.closed_cache_difference(pair, fuser_params, receiver_params, sharer_params, tokens,
+                                                    mask))
     if baselines:
         per["sharer"] = acc(comm.lm_logits(pair.sharer_graphdef, sharer_params, tokens, mask))
         # diagnostic: the sharer in its own format (no answer cue), i.e. what it knows
@@ -191,6 +193,7 @@ def evaluate(pair: comm.Pair, fuser_params, receiver_params, sharer_params, worl
     out = {kind: {cond: v[kind] for cond, v in per.items()} for kind in kinds}
     for kind in kinds:
         out[kind]["closed_gate_max_abs_diff"] = diff
+        out[kind]["closed_gate_cache_max_abs_diff"] = cache_diff
     return out
 
 

@@ -109,6 +109,7 @@ def test_closed_gates_give_the_receiver_alone_bit_for_bit(include_response):
     closed, gates = comm.c2c_logits(pair, f_params, r_params, s_params, tokens, mask, closed=True)
     np.testing.assert_array_equal(np.asarray(closed), np.asarray(alone))
     assert float(gates.max()) == 0.0
+    assert float(comm.closed_cache_difference(pair, f_params, r_params, s_params, tokens, mask)) == 0.0
     opened, gates = comm.c2c_logits(pair, comm.set_gates(f_params, 1.0), r_params, s_params, tokens, mask)
     assert float(jnp.abs(opened - alone).max()) > 1e-4 and float(gates.min()) == 1.0
     # the cached path is the plain forward (the receiver alone), to float rounding
