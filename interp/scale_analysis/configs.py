@@ -22,7 +22,10 @@ class SamplerConfig:
     discarded (an extension stage keeps all its records). After both sweeps, a P whose two chains (prior start
     carried up, planted start carried down) disagree (split-R-hat >= rhat_max for some seed) is run for another
     stage from where both chains ended, up to max_extend times; a (seed, P) that still fails is marked and left
-    out of every fit."""
+    out of every fit. With replicas > 1 those extension stages are parallel-tempering ensembles: each chain's
+    end state seeds `replicas` copies on a geometric ladder of data-term inverse temperatures 1 .. beta_min,
+    neighbours swap after every record, replica 0 (the posterior) is recorded, and the first burn_frac of its
+    records is discarded (swaps move it at once)."""
 
     n_records: int = 32  # records (trace samples) per stage
     sim_time: float = 30.0  # simulated Langevin time per stage (steps = sim_time / eta(P))
@@ -32,6 +35,8 @@ class SamplerConfig:
     burn_frac: float = 0.5  # fraction of a stage's records discarded as burn-in
     max_extend: int = 1  # extra stages at most for a P failing split-R-hat
     rhat_max: float = 1.1  # split-R-hat cut a (seed, P) must pass to be used
+    replicas: int = 1  # parallel-tempering replicas of an extension stage (1 = plain Langevin extensions)
+    beta_min: float = 0.2  # the hottest replica's inverse temperature on the data term
 
     def __post_init__(self):
         check(self.n_records >= 4, "sampler.n_records", self.n_records, "an integer >= 4")
@@ -44,6 +49,8 @@ class SamplerConfig:
               f"at least 4 kept records per stage (n_records={self.n_records}) for split-R-hat")
         check(self.max_extend >= 0, "sampler.max_extend", self.max_extend, "an integer >= 0")
         check(self.rhat_max > 1, "sampler.rhat_max", self.rhat_max, "an R-hat cut > 1 (e.g. 1.1)")
+        check(self.replicas >= 1, "sampler.replicas", self.replicas, "an integer >= 1 (1 = no tempering)")
+        check(0 < self.beta_min < 1, "sampler.beta_min", self.beta_min, "an inverse temperature in (0, 1)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -93,6 +93,73 @@ def run_chain(grad_fn: Callable[[Any], Any], observe: Callable[[Any], Mapping[st
     return jax.lax.scan(record, state, jnp.arange(n_records))
 
 
+def beta_ladder(replicas: int, beta_min: float) -> tuple[float, ...]:
+    """Inverse temperatures of the data term for parallel tempering: geometric from 1 (the posterior, replica 0)
+    down to beta_min; (1.0,) for a single replica."""
+    if replicas < 1 or not 0 < beta_min <= 1:
+        raise ValueError(f"replicas={replicas!r}, beta_min={beta_min!r}: expected replicas >= 1 and "
+                         "0 < beta_min <= 1")
+    if replicas == 1:
+        return (1.0,)
+    return tuple(float(beta_min ** (k / (replicas - 1))) for k in range(replicas))
+
+
+def swap_neighbours(energies: jax.Array, betas: jax.Array, parity: jax.Array, key: jax.Array
+                    ) -> tuple[jax.Array, jax.Array]:
+    """One replica-exchange sweep over the neighbour pairs (k, k+1) with k = parity mod 2: the states of replicas
+    k and k+1 (at inverse temperatures beta_k > beta_k+1 of the data term E) trade places with probability
+    min(1, exp((beta_k - beta_k+1) (E_k - E_k+1))), the Metropolis ratio of the swapped product of
+    pi_beta ~ exp(-beta E - prior) (the prior terms cancel). Returns (perm (K,), accepted (K - 1,) with 0 for
+    pairs not attempted): replica k's new state is the old state of replica perm[k]."""
+    K = energies.shape[0]
+    k = jnp.arange(K - 1)
+    log_ratio = (betas[:-1] - betas[1:]) * (energies[:-1] - energies[1:])
+    attempt = (k % 2) == (parity % 2)
+    accept = attempt & (jnp.log(jax.random.uniform(key, (K - 1,))) < log_ratio)
+    idx = jnp.arange(K)
+    up = jnp.concatenate([accept, jnp.zeros((1,), bool)])     # replica k takes k+1's state
+    down = jnp.concatenate([jnp.zeros((1,), bool), accept])   # replica k+1 takes k's state
+    perm = jnp.where(up, idx + 1, jnp.where(down, idx - 1, idx))
+    return perm, accept
+
+
+SWAP_STREAM = 2 ** 31 - 1  # the swap draws' fold-in index under a record's key (steps use 0 .. record_every - 1)
+
+
+def run_tempered_chain(grad_fn: Callable[[Any, jax.Array], Any], energy_fn: Callable[[Any], jax.Array],
+                       observe: Callable[[Any], Mapping[str, jax.Array]], q0: Any, p0: Any, key: jax.Array, *,
+                       betas: Sequence[float], eta: jax.Array, friction: float, n_records: int,
+                       record_every: int | jax.Array) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """Parallel tempering: K replicas (leading axis of q0 / p0) run BAOAB on U_beta = beta E + prior, one beta per
+    replica (`grad_fn(q, beta)`), and after each record's steps neighbours swap states (positions and momenta;
+    even pairs at even records, odd at odd) by `swap_neighbours`. Replica 0 (beta 1) samples the posterior and
+    is the one observed; traces also hold `swap_accept`, the mean acceptance of the record's attempted swaps."""
+    b = jnp.asarray(betas, jnp.float32)
+    K = b.shape[0]
+    grads = jax.vmap(grad_fn)
+    state = ChainState(q0, p0, grads(q0, b))
+    step = jax.vmap(lambda s, k, beta: baoab_step(lambda q: grad_fn(q, beta), s, k, eta, friction))
+
+    def record(state, r):
+        rkey = jax.random.fold_in(key, r)
+
+        def body(i, s):
+            return step(s, jax.random.split(jax.random.fold_in(rkey, i), K), b)
+
+        state = jax.lax.fori_loop(0, record_every, body, state)
+        perm, accept = swap_neighbours(jax.vmap(energy_fn)(state.q), b, r, jax.random.fold_in(rkey, SWAP_STREAM))
+        q = _tmap(lambda x: x[perm], state.q)
+        p = _tmap(lambda x: x[perm], state.p)
+        state = ChainState(q, p, grads(q, b))
+        attempted = jnp.sum((jnp.arange(K - 1) % 2) == (r % 2))
+        out = dict(observe(_tmap(lambda x: x[0], q)))
+        out["swap_accept"] = jnp.sum(accept) / jnp.maximum(attempted, 1)
+        return state, out
+
+    state, traces = jax.lax.scan(record, state, jnp.arange(n_records))
+    return state.q, state.p, traces
+
+
 def step_sizes(p_values: jax.typing.ArrayLike, *, step_size: float, curvature: float,
                kappa: float) -> jax.Array:
     """eta(P) = step_size / sqrt(1 + curvature * P / kappa): BAOAB is stable for eta * sqrt(lambda_max) < 2."""
@@ -234,13 +301,20 @@ def planted_init(key: jax.Array, problem: Problem, x: jax.Array, y: jax.Array, *
     return params
 
 
-def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, kappa: float,
-              mask: jax.Array | None = None) -> jax.Array:
-    """U = sum_mu mask_mu (f(x_mu) - y_mu)^2 / (2 kappa) + |theta|^2 / 2 (whitened prior; mask defaults to 1)."""
+def data_energy(params: model_lib.Params, x: jax.Array, y: jax.Array, kappa: float,
+                mask: jax.Array | None = None) -> jax.Array:
+    """E = sum_mu mask_mu (f(x_mu) - y_mu)^2 / (2 kappa): the data term of U, the one tempering scales."""
     r = model_lib.forward(params, x) - y
-    prior = sum(jnp.sum(v * v) for v in jax.tree.leaves(params))
     sq = r * r if mask is None else mask * r * r
-    return 0.5 * jnp.sum(sq) / kappa + 0.5 * prior
+    return 0.5 * jnp.sum(sq) / kappa
+
+
+def potential(params: model_lib.Params, x: jax.Array, y: jax.Array, kappa: float,
+              mask: jax.Array | None = None, beta: jax.typing.ArrayLike = 1.0) -> jax.Array:
+    """U = beta sum_mu mask_mu (f(x_mu) - y_mu)^2 / (2 kappa) + |theta|^2 / 2 (whitened prior; mask defaults to
+    1; beta 1 is the posterior, beta < 1 a tempered one)."""
+    prior = sum(jnp.sum(v * v) for v in jax.tree.leaves(params))
+    return beta * data_energy(params, x, y, kappa, mask) + 0.5 * prior
 
 
 def training_data(key: jax.Array, p_max: int, w_star: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -278,25 +352,44 @@ def make_init(problem: Problem, *, p_max: int, pattern: str | None, n_first: int
     return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
-def make_stage(problem: Problem, *, p_max: int, n_records: int, friction: float) -> Callable[..., Any]:
+def make_stage(problem: Problem, *, p_max: int, n_records: int, friction: float,
+               betas: Sequence[float] = (1.0,)) -> Callable[..., Any]:
     """A jitted stage(q, mom, seed_keys, noise_keys, eta, record_every, p) -> (q, mom, traces {name: (B, R)}):
     BAOAB at sample size p (<= p_max; the seed's first p training rows, the rest masked) continued from
     positions q and momenta mom (batched over B chains), n_records records of `record_every` steps each.
-    eta, record_every and p are traced scalars: one compiled program serves every stage of a point."""
+    eta, record_every and p are traced scalars: one compiled program serves every stage of a point.
+
+    With several `betas` (see `beta_ladder`) each chain is a parallel-tempering ensemble: q and mom carry a
+    replica axis after the batch axis (B, K, ...), replica 0 samples the posterior and is the one observed, and
+    the traces add `swap_accept` (`run_tempered_chain`)."""
     if p_max < 1:
         raise ValueError(f"p_max={p_max!r}: expected >= 1")
+    betas = tuple(float(b) for b in betas)
+    if not betas or betas[0] != 1.0 or any(not 0 < b <= a for a, b in zip(betas, betas[1:])):
+        raise ValueError(f"betas={betas!r}: expected a decreasing ladder starting at 1.0")
     observe = order_params.make_observer(problem)
     kappa = problem.kappa
 
     def one(q, mom, seed_key, noise_key, eta, record_every, p):
         x, y = training_data(data_key(seed_key), p_max, problem.w_star)
         mask = (jnp.arange(p_max) < p).astype(x.dtype)
+        if len(betas) > 1:
+            grad_fn = jax.grad(lambda q, beta: potential(q, x, y, kappa, mask, beta))
+            return run_tempered_chain(grad_fn, lambda q: data_energy(q, x, y, kappa, mask), observe, q, mom,
+                                      noise_key, betas=betas, eta=eta, friction=friction, n_records=n_records,
+                                      record_every=record_every)
         grad_fn = jax.grad(lambda q: potential(q, x, y, kappa, mask))
         state, traces = run_chain(grad_fn, observe, q, noise_key, eta=eta, friction=friction,
                                   n_records=n_records, record_every=record_every, p0=mom)
         return state.q, state.p, traces
 
     return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None)))
+
+
+def with_replicas(tree: Any, replicas: int) -> Any:
+    """Batched chain states (B, ...) -> (B, K, ...): every replica of a tempering ensemble starts where the chain
+    does (the ascending anneal from its prior draw, the descending one from its planted state)."""
+    return _tmap(lambda x: jnp.repeat(x[:, None], replicas, axis=1), tree)
 
 
 def split_seed_keys(seed: int, n_seeds: int, impl: str = "rbg") -> jax.Array:

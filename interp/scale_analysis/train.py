@@ -102,10 +102,19 @@ def run_point(config: configs.Config, arch: str, d: int, widths: tuple[int, ...]
     n_stages = np.zeros(len(ps), np.int64)
 
     stage = sample.make_stage(problem, p_max=ps[-1], n_records=sc.n_records, friction=sc.friction)
+    betas = sample.beta_ladder(sc.replicas, sc.beta_min)
+    tempered = (sample.make_stage(problem, p_max=ps[-1], n_records=sc.n_records, friction=sc.friction,
+                                  betas=betas) if sc.replicas > 1 else None)
+    n_tempered = np.zeros(len(ps), np.int64)
+    ensembles: set[tuple[int, int]] = set()   # (direction, j) whose end state carries a replica axis
 
-    def run_stage(j, direction, q, m, round_):
+    def run_stage(j, direction, q, m, round_, temper=False):
         nk = _fold(seed_keys, 10_000 * round_ + 100 * j + direction + 17)
-        q, m, tr = stage(q, m, seed_keys, nk, jnp.float32(etas[j]), jnp.int32(every[j]), jnp.int32(ps[j]))
+        if temper and (direction, j) not in ensembles:
+            q, m = sample.with_replicas(q, sc.replicas), sample.with_replicas(m, sc.replicas)
+            ensembles.add((direction, j))
+        q, m, tr = (tempered if temper else stage)(q, m, seed_keys, nk, jnp.float32(etas[j]), jnp.int32(every[j]),
+                                                   jnp.int32(ps[j]))
         tr = jax.device_get(tr)
         for name, arr in tr.items():
             if name not in traces:
@@ -132,14 +141,28 @@ def run_point(config: configs.Config, arch: str, d: int, widths: tuple[int, ...]
             break
         for j in failing:
             for direction in range(n_dir):
-                run_stage(j, direction, *ends[(direction, j)], round_)
+                run_stage(j, direction, *ends[(direction, j)], round_, temper=tempered is not None)
             n_stages[j] += 1
-            burn[j] = 0          # an extension continues an annealed stage: all its records are kept
+            if tempered is not None:
+                n_tempered[j] += 1
+                burn[j] = int(sc.burn_frac * sc.n_records)  # swaps move replica 0 at once: burn in again
+            else:
+                burn[j] = 0      # an extension continues an annealed stage: all its records are kept
         rhat = point_rhat(traces["A_f"], burn)
     wall = time.time() - t0
     log(f"  {arch}-layer d={d} widths={widths} kappa={kappa:g} P={ps}: {config.n_seeds} seeds x {n_dir} anneals, "
-        f"steps/stage {[e * sc.n_records for e in every]}, stages per P {n_stages.tolist()}, {wall:.1f} s")
+        f"steps/stage {[e * sc.n_records for e in every]}, stages per P {n_stages.tolist()}"
+        + (f" ({n_tempered.tolist()} tempered, {sc.replicas} replicas)" if tempered is not None else "")
+        + f", {wall:.1f} s")
+    tempering = None
+    if tempered is not None:
+        acc = traces.get("swap_accept")
+        tempering = {"replicas": sc.replicas, "betas": [round(b, 4) for b in betas],
+                     "tempered_stages_per_P": n_tempered.tolist(),
+                     "swap_accept_by_P": [None if acc is None or not np.isfinite(acc[:, j]).any()
+                                          else round(float(np.nanmean(acc[:, j])), 3) for j in range(len(ps))]}
     return {"traces": traces, "rhat": rhat, "n_stages": n_stages.tolist(), "P": ps, "kappa": kappa, "burn": burn,
+            "tempering": tempering,
             "steps_per_stage": [e * sc.n_records for e in every], "sim_time_per_stage":
             [round(e * sc.n_records * eta, 3) for e, eta in zip(every, etas)], "plant": plant,
             "wall_seconds": wall, "prior_count1": problem.prior_count1, "prior_count2": problem.prior_count2}
@@ -258,7 +281,7 @@ def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, width
     sc = config.sampler
     ps, kappa, traces, rhat = res["P"], res["kappa"], res["traces"], res["rhat"]
     burn = res["burn"]
-    post = {k: kept_mean(v, burn) for k, v in traces.items()}                       # (S, nP, I)
+    post = {k: kept_mean(v, burn) for k, v in traces.items() if k != "swap_accept"}  # (S, nP, I)
     a = post["A_f"]
     a_seed = a.mean(axis=2)                                                          # (S, nP)
     n_seeds = a.shape[0]
@@ -306,6 +329,7 @@ def summarise_point(config: configs.Config, sweep: str, arch: str, d: int, width
             "steps_per_stage": res["steps_per_stage"], "sim_time_per_stage": res["sim_time_per_stage"],
             "tau_int_records_median": float(np.nanmedian(tau)),
             "diverged_chains": int(np.sum(~np.isfinite(traces["A_f"][..., -1]))),
+            "tempering": res.get("tempering"),
         },
         "point_wall_seconds": round(res["wall_seconds"], 1),
     }

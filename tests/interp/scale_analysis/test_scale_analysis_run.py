@@ -62,6 +62,27 @@ def test_tiny_run_writes_outputs_reports_equilibration_and_resumes_per_point(tmp
     assert json.loads((tmp_path / "metrics.json").read_text())["equilibrated"] == saved["equilibrated"]
 
 
+def test_failing_points_are_extended_by_tempering_ensembles():
+    """With sampler.replicas > 1 the extension stages of a P failing R-hat run tempering ensembles from both
+    chains' end states: the point reports its ladder, the tempered stages per P and the swap acceptance, and
+    the recorded replica-0 traces stay finite."""
+    tiny = EXPERIMENT.presets["tiny"]
+    cfg = dataclasses.replace(tiny, sweeps=("two_d",), two_d=(4,), sampler=dataclasses.replace(
+        tiny.sampler, max_extend=1, replicas=3, beta_min=0.3, rhat_max=1.0 + 1e-9))   # every P fails: extend
+    res = train.run_point(cfg, "two", 4, (4,), log=lambda s: None)
+    tempering = res["tempering"]
+    n_p = len(res["P"])
+    assert tempering["replicas"] == 3 and tempering["betas"] == [1.0, round(0.3 ** 0.5, 4), 0.3]
+    tempered = tempering["tempered_stages_per_P"]
+    assert sum(tempered) >= 1 and res["n_stages"] == [1 + t for t in tempered]   # (R-hat may dip below 1)
+    for t, a in zip(tempered, tempering["swap_accept_by_P"]):
+        assert (a is None) if t == 0 else 0.0 <= a <= 1.0
+    assert np.isfinite(res["traces"]["A_f"]).all()
+    assert res["burn"] == [int(cfg.sampler.burn_frac * cfg.sampler.n_records)] * n_p
+    row = train.summarise_point(cfg, "two_d", "two", 4, (4,), res)
+    assert row["equilibration"]["tempering"] == tempering and "swap_accept" not in row
+
+
 def test_sharded_stage_equals_single_device(devices):
     problem = sample.make_problem(jax.random.key(0), arch="two", d=4, widths=(4,), kappa=0.1, n_test=64,
                                   n_probe=16)

@@ -96,3 +96,66 @@ def test_steps_give_equal_simulated_time_at_every_p():
     assert ratio == pytest.approx(np.sqrt((1 + 32000) / (1 + 320)), rel=0.05)
     assert sample.step_size_at(100, step_size=0.5, curvature=1.0, kappa=0.1) == pytest.approx(
         float(sample.step_sizes(jnp.array([100]), step_size=0.5, curvature=1.0, kappa=0.1)[0]))
+
+
+def test_swap_neighbours_by_hand():
+    betas = jnp.array([1.0, 0.5, 0.25, 0.125])
+    key = jax.random.key(0)
+    # the colder replica holds the higher energy: every attempted swap has log ratio > 0 and is accepted
+    energies = jnp.array([40.0, 30.0, 20.0, 10.0])
+    perm, acc = sample.swap_neighbours(energies, betas, jnp.int32(0), key)        # pairs (0, 1), (2, 3)
+    np.testing.assert_array_equal(np.asarray(perm), [1, 0, 3, 2])
+    np.testing.assert_array_equal(np.asarray(acc), [True, False, True])
+    perm, acc = sample.swap_neighbours(energies, betas, jnp.int32(1), key)        # pair (1, 2)
+    np.testing.assert_array_equal(np.asarray(perm), [0, 2, 1, 3])
+    # the colder replica already low: log ratio (b_k - b_k+1)(E_k - E_k+1) = 0.5 * -1000, never accepted
+    perm, acc = sample.swap_neighbours(energies[::-1] * 100, betas, jnp.int32(0), key)
+    np.testing.assert_array_equal(np.asarray(perm), [0, 1, 2, 3])
+    assert not np.asarray(acc).any()
+    # in between, the Metropolis probability exp((b0 - b1)(E0 - E1)) = exp(0.5 * -2 ln 3.3) ~ 0.3
+    e = jnp.array([0.0, 2 * np.log(1 / 0.3)])
+    accs = jax.vmap(lambda k: sample.swap_neighbours(e, betas[:2], jnp.int32(0), k)[1][0])(
+        jax.random.split(key, 20000))
+    assert abs(float(accs.mean()) - 0.3) < 0.015
+
+
+def test_beta_ladder_is_geometric_from_one():
+    np.testing.assert_allclose(sample.beta_ladder(3, 0.25), (1.0, 0.5, 0.25), rtol=1e-6)
+    assert sample.beta_ladder(1, 0.1) == (1.0,)
+    with pytest.raises(ValueError, match="beta_min"):
+        sample.beta_ladder(4, 0.0)
+
+
+def test_tempering_crosses_a_barrier_that_a_plain_chain_does_not():
+    """Double well E(q) = h (q^2 - 1)^2, prior q^2 / 2: symmetric, so half the posterior mass is at q < 0. A
+    chain started in the right well stays there (barrier h = 12); replica 0 of a tempering ensemble (hot replicas
+    at beta down to 0.02 cross the barrier) visits both wells in proportion, at the posterior's variance."""
+    h = 12.0
+    energy = lambda q: h * jnp.sum((q["t"] ** 2 - 1.0) ** 2)  # noqa: E731
+    grad_fn = jax.grad(lambda q, beta: beta * energy(q) + 0.5 * jnp.sum(q["t"] ** 2))
+    betas = sample.beta_ladder(8, 0.02)
+    n_chains, n_rec, every, eta = 64, 400, 10, 0.05
+
+    def tempered(key):
+        q0 = {"t": jnp.ones((len(betas), 1))}
+        _, _, tr = sample.run_tempered_chain(grad_fn, energy, lambda q: {"t": q["t"][0]}, q0, q0, key,
+                                             betas=betas, eta=eta, friction=1.0, n_records=n_rec,
+                                             record_every=every)
+        return tr["t"], tr["swap_accept"]
+
+    def plain(key):
+        _, tr = sample.run_chain(lambda q: grad_fn(q, 1.0), lambda q: {"t": q["t"][0]}, {"t": jnp.ones(1)}, key,
+                                 eta=eta, friction=1.0, n_records=n_rec, record_every=every)
+        return tr["t"]
+
+    keys = jax.random.split(jax.random.key(3), n_chains)
+    t, accept = jax.jit(jax.vmap(tempered))(keys)
+    left = float((np.asarray(t)[:, n_rec // 2:] < 0).mean())
+    assert 0.4 < left < 0.6 and 0.2 < float(accept.mean()) < 1.0
+    stuck = float((np.asarray(jax.jit(jax.vmap(plain))(keys))[:, n_rec // 2:] < 0).mean())
+    assert stuck < 0.05
+    # replica 0's in-well spread is the posterior's (numerical quadrature of exp(-E - q^2/2) over q > 0)
+    grid = np.linspace(1e-4, 3, 30001)
+    w = np.exp(-h * (grid ** 2 - 1) ** 2 - grid ** 2 / 2)
+    mean_abs = float((grid * w).sum() / w.sum())
+    assert abs(float(np.abs(np.asarray(t)[:, n_rec // 2:]).mean()) - mean_abs) < 0.02
