@@ -38,7 +38,7 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
     return train.make_claims(rows)[0]
 
 
-def render_readme(record_path: pathlib.Path) -> None:
+def render_readme(record_path: pathlib.Path, name: str = NAME) -> None:
     """Rewrite only this method's results block in interp/scale_analysis/README.md."""
     import json
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -46,7 +46,7 @@ def render_readme(record_path: pathlib.Path) -> None:
     readme = ROOT / "interp" / "scale_analysis" / "README.md"
     if readme.exists():
         text = readme.read_text()
-        readme.write_text(render.render_text(text, {NAME: json.loads(record_path.read_text())}))
+        readme.write_text(render.render_text(text, {name: json.loads(record_path.read_text())}))
 
 
 def _print_claims(claims: list[dict]) -> None:
@@ -60,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="key=value override")
     ap.add_argument("--budget-minutes", type=float, default=None,
                     help="stop after the point that passes this wall-clock budget (its rows are kept)")
+    ap.add_argument("--name", default=NAME, help="results file stem (default scale_analysis; e.g. a sweep-only "
+                    "variant beside the committed run)")
     ap.add_argument("--out-dir", default=None, help="results directory (default benchmarks/results)")
     ap.add_argument("--claims-from-rows", "--claims-only", dest="claims_from_rows", action="store_true",
                     help="recompute the claims from the rows already in the results JSON (no sampling); command, "
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out_dir = pathlib.Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "results"
     if args.claims_from_rows:
-        record = recompute_claims(out_dir / f"{NAME}.json", lambda rec: claims_from_rows(rec["rows"]))
+        record = recompute_claims(out_dir / f"{args.name}.json", lambda rec: claims_from_rows(rec["rows"]))
         _print_claims(record["claims"])
         return 0
     cfg = configs.PRESETS[args.preset]
@@ -82,16 +84,16 @@ def main(argv=None) -> int:
              "load_at_start": os.getloadavg()}
 
     def write(rows, missing, done=False):
-        return write_results(NAME, rows=rows, claims=claims_from_rows(rows), wall_seconds=time.time() - t0,
+        return write_results(args.name, rows=rows, claims=claims_from_rows(rows), wall_seconds=time.time() - t0,
                              scale={**scale, "load_now": os.getloadavg()}, not_measured=missing, complete=done,
                              directory=out_dir)
 
     result = train.experiment(cfg, on_row=lambda r, c, m: write(r, m), deadline=deadline, log=print)
     scale["stopped_early"] = result["stopped_early"]
     path = write(result["rows"], result["not_measured"], done=not result["stopped_early"])
-    train.plot(result, out_dir, prefix=f"{NAME}_")
+    train.plot(result, out_dir, prefix=f"{args.name}_")
     if out_dir == ROOT / "benchmarks" / "results":
-        render_readme(path)
+        render_readme(path, args.name)
     _print_claims(claims_from_rows(result["rows"]))
     print(f"wall {time.time() - t0:.0f} s -> {path}")
     return 0
