@@ -106,8 +106,8 @@ class C2CConfig:
     latency_queries: int = 24  # single-query timings per method, interleaved
     # the timed generation lengths: the reference's T2T writes a background text of up to max_new_tokens = 64
     # (its eval recipe) and both arms then generate an answer of up to 64 tokens
-    latency_hint_tokens: int = 64
-    latency_answer_tokens: int = 64
+    latency_hint_tokens: int = 64  # tokens the sharer writes in the timed T2T (the reference's 64)
+    latency_answer_tokens: int = 64  # answer tokens both timed arms write (the reference's 64)
     seed: int = 0
     # the `paper` preset: local HF folders (config.json, safetensors, tokenizer.json)
     receiver_path: str = ""  # the receiver's local HF folder (set with sharer_path; empty = toy world)
