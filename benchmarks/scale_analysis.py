@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import os
 import pathlib
 import sys
@@ -40,7 +41,6 @@ def claims_from_rows(rows: list[dict]) -> list[dict]:
 
 def render_readme(record_path: pathlib.Path, name: str = NAME) -> None:
     """Rewrite only this method's results block in interp/scale_analysis/README.md."""
-    import json
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import render  # the shared renderer (benchmarks/render.py)
     readme = ROOT / "interp" / "scale_analysis" / "README.md"
@@ -69,7 +69,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out_dir = pathlib.Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "results"
     if args.claims_from_rows:
-        record = recompute_claims(out_dir / f"{args.name}.json", lambda rec: claims_from_rows(rec["rows"]))
+        path = out_dir / f"{args.name}.json"
+        record = recompute_claims(path, lambda rec: claims_from_rows(rec["rows"]))
+        record["not_measured"] = train.make_claims(record["rows"])[1]
+        path.write_text(json.dumps(record, indent=2) + "\n")
         _print_claims(record["claims"])
         return 0
     cfg = configs.PRESETS[args.preset]

@@ -481,7 +481,7 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
                  f"{b({'N2': n2, 'd': d}):.1f}")
         pairs = [(u, v) for u, v in zip(hi.get("spec2_at_p_star", []), lo.get("spec2_at_p_star", []))
                  if u is not None and v is not None]
-        if len(pairs) >= 1:
+        if len(pairs) >= 2:  # a paired interval needs two seeds; one is reported as not measured
             claims.append(paired_claim(
                 "three_layer_second_layer_takes_over", "three-layer: second-layer specialists (on w*.x) at P* "
                 "appear as N1 grows past ~sqrt(N2 d) (paper: Spec-Mag gives way to GP-Spec)",
@@ -489,12 +489,13 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
                 "largest N1 minus smallest N1"))
         else:
             missing.append({"id": "three_layer_second_layer_takes_over", "statement": "second layer takes over",
-                            "reason": "no seed with an equilibrated P* at both ends of the N1 sweep"})
+                            "reason": f"{len(pairs)} seed(s) with an equilibrated P* at both ends of the N1 sweep "
+                                      f"(two needed); excess spec2 at P* (largest N1, smallest N1): {pairs}"})
         frac = lambda r, v: None if v is None else (  # noqa: E731
             censored(v["value"] / r["widths"][0], v["censored"]) if isinstance(v, dict) else v / r["widths"][0])
         pairs = [(frac(lo, u), frac(hi, v)) for u, v in zip(lo["spec1_at_p_star"], hi["spec1_at_p_star"])
                  if u is not None and v is not None]
-        if pairs:
+        if len(pairs) >= 2:
             claims.append(paired_claim(
                 "three_layer_first_layer_specialisation_fades", "three-layer: the fraction of specialised "
                 "first-layer neurons at P* is larger below the transition than above it (paper: Spec-Mag at "
@@ -502,7 +503,8 @@ def make_claims(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
                 evidence=where + "; excess spec1 / N1 at P*, smallest N1 minus largest N1"))
         else:
             missing.append({"id": "three_layer_first_layer_specialisation_fades", "statement": "first layer fades",
-                            "reason": "no seed with an equilibrated P* at both ends of the N1 sweep"})
+                            "reason": f"{len(pairs)} seed(s) with an equilibrated P* at both ends of the N1 sweep "
+                                      f"(two needed); excess spec1 / N1 at P* (smallest N1, largest N1): {pairs}"})
     return claims, missing
 
 

@@ -139,8 +139,8 @@ def _greedy_by_full_forwards(graphdef, params, tokens, mask, n):
 
 def test_timed_generation_paths_write_what_full_forwards_write():
     """The latency programs at set lengths: T2T's answer is the receiver's greedy continuation of
-    `request + the sharer's greedy hint + question`; C2C with closed gates writes the receiver alone's answer
-    and with open gates a different one (it reads the fused cache)."""
+    `request + the sharer's greedy hint + question`; C2C with closed gates writes the receiver alone's answer,
+    and with open gates its first token is C2C's next-token choice on the fused cache."""
     pair, f_params, r_params, s_params = _pair(FuserConfig(hidden=16, intermediate=16))
     test = D.test_examples(WORLD, "two_hop")
     requests = np.asarray([WORLD.statement(int(e))[0] for e in WORLD.groups["test"]], np.int32)
@@ -159,8 +159,8 @@ def test_timed_generation_paths_write_what_full_forwards_write():
     opened = comm.c2c_generate(pair, comm.set_gates(f_params, 1.0), r_params, s_params, tokens, mask, 3)
     first, _ = comm.c2c_logits(pair, comm.set_gates(f_params, 1.0), r_params, s_params, tokens, mask)
     np.testing.assert_array_equal(np.asarray(opened[:, 0]), np.asarray(jnp.argmax(first, -1)))
+    pair_r, *_ = _pair(FuserConfig(hidden=16, intermediate=16, include_response=True))
     with pytest.raises(ValueError, match="include_response"):
-        pair_r, *_ = _pair(FuserConfig(hidden=16, intermediate=16, include_response=True))
         comm.c2c_generate(pair_r, f_params, r_params, s_params, tokens, mask, 3)
 
 
