@@ -205,8 +205,9 @@ def main(argv=None) -> None:
             print(f"seed {seed} done at {time.time() - t0:.0f} s", flush=True)
     claims = claims_from_rows(rows)
     scale = {"preset": args.preset, "steps": base.steps, "seeds": args.seeds, "model": {
-        "layers": base.model.num_layers, "heads": base.model.num_heads, "hidden": base.model.hidden_size},
-        "entities": base.world.num_entities, "prompts_per_cell": base.num_prompts,
+        "layers": base.model.num_layers, "heads": base.model.num_heads, "hidden": base.model.hidden_size,
+        "head_dim": base.model.head_dim}, "entities": base.world.num_entities, "mc_share": base.world.mc_share,
+        "prompts_per_cell": base.num_prompts,
         "steer_prompts": base.num_steer_prompts, "top_k": base.top_k, "weights": list(base.steer_weights)}
     path = write_results(NAME, rows=rows, claims=claims, wall_seconds=time.time() - t0, directory=args.results_dir,
                          scale=scale)

@@ -19,18 +19,20 @@ from interp.concept_vectors.world import World, WorldConfig
 STEER_WEIGHTS = (1.0, 5.0, 10.0)
 
 
-def small_model(world: WorldConfig, *, hidden: int, heads: int, layers: int = 4, kv_heads: int | None = None
-                ) -> LMConfig:
+def small_model(world: WorldConfig, *, hidden: int, heads: int, layers: int = 4, kv_heads: int | None = None,
+                head_dim: int | None = None) -> LMConfig:
+    """A Qwen2-style decoder. `head_dim` defaults to hidden // heads; the presets widen it to 32 (as Qwen3 decouples
+    it from the width) because with 8-dimensional heads the decoder never learned the MC format's option lookup."""
     return LMConfig(architecture="qwen2", vocab_size=World(world).vocab_size, hidden_size=hidden,
                     intermediate_size=2 * hidden, num_layers=layers, num_heads=heads,
-                    num_kv_heads=kv_heads or heads, head_dim=hidden // heads, tie_word_embeddings=True,
+                    num_kv_heads=kv_heads or heads, head_dim=head_dim or hidden // heads, tie_word_embeddings=True,
                     max_position_embeddings=256)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CVConfig:
-    world: WorldConfig = WorldConfig()
-    model: LMConfig = small_model(WorldConfig(), hidden=128, heads=8)
+    world: WorldConfig = WorldConfig(mc_share=0.5)
+    model: LMConfig = small_model(WorldConfig(), hidden=128, heads=8, head_dim=32)
     # training
     steps: int = 3000
     batch_size: int = 32
@@ -69,7 +71,7 @@ def presets() -> dict[str, CVConfig]:
     tiny = CVConfig(world=tiny_world, model=small_model(tiny_world, hidden=32, heads=4, layers=2), steps=20,
                     batch_size=8, seq_len=64, log_every=10, shots=3, num_prompts=6, num_steer_prompts=8, top_k=2,
                     sweep_batch=8, warmup=5)
-    demo_world = WorldConfig(num_entities=16, num_categories=4)
-    demo = CVConfig(world=demo_world, model=small_model(demo_world, hidden=64, heads=8), steps=1500,
+    demo_world = WorldConfig(num_entities=16, num_categories=4, mc_share=0.5)
+    demo = CVConfig(world=demo_world, model=small_model(demo_world, hidden=64, heads=8, head_dim=32), steps=1500,
                     batch_size=16, num_prompts=24, num_steer_prompts=32, log_every=50)
     return {"tiny": tiny, "demo": demo, "paper": CVConfig()}

@@ -36,6 +36,7 @@ class WorldConfig:
     num_categories: int = 8  # equal-size entity blocks; the category concept maps to a block's first entity
     held_out_concept: str = "successor"  # concept never trained in L2 (both formats; MC x L2 is held out too)
     max_shots: int = 5  # most in-context demonstrations per training prompt (k uniform in 0..max_shots)
+    mc_share: float | None = None  # share of MC prompts in training; None: cells drawn uniformly (5 of 14 are MC)
     seed: int = 0  # the world (antonym pairing), fixed across model seeds
 
     def __post_init__(self):
@@ -46,6 +47,8 @@ class WorldConfig:
         check(self.held_out_concept in CONCEPTS, "world.held_out_concept", self.held_out_concept,
               f"one of {CONCEPTS}")
         check(1 <= self.max_shots <= 10, "world.max_shots", self.max_shots, "in [1, 10]")
+        check(self.mc_share is None or 0.0 <= self.mc_share <= 1.0, "world.mc_share", self.mc_share,
+              "None or a share in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,10 +189,16 @@ class World:
 
     # training data --------------------------------------------------------------------------------------
     def training_examples(self, rng: np.random.Generator) -> Iterator[tuple[list[int], list[int]]]:
-        """Endless (tokens, answer positions) over the training cells, k uniform in [0, max_shots]."""
+        """Endless (tokens, answer positions) over the training cells, k uniform in [0, max_shots]; with
+        `mc_share` set, a prompt is MC with that probability, its cell uniform within the format."""
         cells = self.train_cells()
+        by_format = {f: [c for c in cells if c.format == f] for f in FORMATS}
         while True:
-            cell = cells[rng.integers(len(cells))]
+            if self.config.mc_share is None:
+                cell = cells[rng.integers(len(cells))]
+            else:
+                pool = by_format["MC" if rng.random() < self.config.mc_share else "OE"]
+                cell = pool[rng.integers(len(pool))]
             shots = int(rng.integers(0, self.config.max_shots + 1))
             tokens, target, answer_pos, _ = self.prompt(cell, shots, rng)
             yield tokens + [target], answer_pos + [len(tokens)]
