@@ -108,3 +108,16 @@ def test_world_held_out_cells_and_ambiguous_prompts():
     assert target == world.answer("antonym", x, "L1")
     padded, mask = left_pad([[1, 2], [1, 2, 3]])
     assert padded.tolist() == [[0, 1, 2], [1, 2, 3]] and mask.tolist() == [[False, True, True], [True] * 3]
+
+
+def test_world_mc_share_sets_the_format_mixture():
+    def mc_fraction(share, n=2000):
+        examples = World(WorldConfig(num_entities=16, num_categories=4, mc_share=share)).training_examples(
+            np.random.default_rng(0))
+        return np.mean([4 in next(examples)[0] for _ in range(n)])  # "?" opens an MC question
+
+    assert mc_fraction(0.0) == 0.0 and mc_fraction(1.0) == 1.0
+    assert abs(mc_fraction(0.7) - 0.7) < 0.035  # 3.5 binomial standard deviations at n = 2000
+    assert abs(mc_fraction(None) - 5 / 14) < 0.04  # uniform over the 14 trained cells, 5 of them MC
+    with pytest.raises(ConfigError, match="world.mc_share=1.5"):
+        WorldConfig(mc_share=1.5)
