@@ -1,15 +1,20 @@
 """The same pipeline on a real model folder (Llama-3.1-8B, Qwen2.5) over the shipped concept datasets.
 
-    .venv/bin/python -m interp.concept_vectors.real /models/Llama-3.1-8B runs/cv_llama \
+    .venv/bin/python -m interp.concept_vectors.real /models/Llama-3.1-8B runs/cv_llama --steer \
         --reference /path/to/concept_vectors/reference_results
 
 Datasets (`data/concepts.json`, built by `export_subset` from the function-vector task files): six concepts
 (antonym, categorical, translation, presentPast, singularPlural, synonym) x three formats (eng-OE, fr-OE,
 eng-MC), 18 datasets as in the notes. French pairs are the English pairs with both sides translated through
 the FV `english-french` dictionary (only pairs whose two words are in it); the French "translation" dataset is
-French -> English. Outputs: per-head CIE (mean over datasets) and RSA rho (concept, format, language designs),
-the top-10 heads of each, heat maps, and, with --reference, the overlap and rank correlation with the published
-Llama-3.1-8B scores. This path needs a GPU-sized machine and the user's weights; it was not run here.
+French -> English. Spanish pairs (`es`) are built the same way through `english-spanish` and serve only as an
+out-of-distribution extraction format for steering. Outputs: per-head CIE (mean over datasets) and RSA rho
+(concept, format, language designs), the top-10 heads of each, heat maps, and, with --reference, the overlap and
+rank correlation with the published Llama-3.1-8B scores. With --steer, FVs (top-5 CIE heads) and CVs (top-5 RSA
+heads) of each concept, extracted from eng-OE (in distribution) and fr-OE, es-OE, eng-MC (out of distribution),
+steer zero-shot eng-OE prompts at every layer x w (the notes' sweep); metrics: delta p and accuracy of the
+correct first token, KL(p_ID-steered || p_OOD-steered). This path needs a GPU-sized machine and the user's
+weights; it was not run here.
 """
 
 from __future__ import annotations
@@ -28,32 +33,46 @@ from interp.concept_vectors import prompts as prompt_lib
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "concepts.json"
 CONCEPT_FILES = {"antonym": "antonym.json", "translation": "english-french.json", "presentPast": "present-past.json",
                  "singularPlural": "singular-plural.json", "synonym": "synonym.json"}
-DATASETS = [(c, lang, fmt) for c in ("antonym", "categorical", "translation", "presentPast", "singularPlural",
-                                      "synonym") for lang, fmt in (("eng", "OE"), ("fr", "OE"), ("eng", "MC"))]
+CONCEPTS = ("antonym", "categorical", "translation", "presentPast", "singularPlural", "synonym")
+DATASETS = [(c, lang, fmt) for c in CONCEPTS for lang, fmt in (("eng", "OE"), ("fr", "OE"), ("eng", "MC"))]
+STEER_EXTRACTS = (("eng", "OE"), ("fr", "OE"), ("es", "OE"), ("eng", "MC"))  # in distribution first
+STEER_WEIGHTS = (1.0, 5.0, 10.0)
 
 
 def export_subset(fv_dir: str | pathlib.Path, out: str | pathlib.Path = DATA, *, max_pairs: int = 120,
                   seed: int = 42) -> dict[str, Any]:
-    """Build {concept: {"eng": pairs, "fr": pairs}} from the FV task files and write it (the shipped subset)."""
+    """Build {concept: {"eng": pairs, "fr": pairs, "es": pairs}} from the FV task files and write it (the shipped
+    subset). The Spanish picks draw from their own generator, so eng / fr are those of the earlier export."""
     fv_dir = pathlib.Path(fv_dir)
     load = lambda name: json.loads((fv_dir / name).read_text())  # noqa: E731
-    en_fr = {}
-    for p in load("english-french.json"):
-        en_fr.setdefault(p["input"], p["output"])
+
+    def dictionary(name):
+        d = {}
+        for p in load(name):
+            d.setdefault(p["input"], p["output"])
+        return d
+
+    en_fr, en_es = dictionary("english-french.json"), dictionary("english-spanish.json")
     eng = {c: [(p["input"], p["output"]) for p in load(f)] for c, f in CONCEPT_FILES.items()}
     cats = load("categories.json")
     eng["categorical"] = [(item, cat) for cat, items in sorted(cats.items()) for item in items]
-    rng = np.random.default_rng(seed)
+    rng, es_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     data: dict[str, Any] = {"provenance": "github.com/ericwtodd/function_vectors dataset_files (via "
                                           "../shared/data/function_vectors), subset by export_subset(seed=42)"}
+
+    def translated(pairs, d):
+        return [(d[x], d[y]) for x, y in pairs if x in d and y in d and d[x] != d[y]]
+
+    def pick(ps, r):
+        return [list(ps[i]) for i in sorted(r.choice(len(ps), min(max_pairs, len(ps)), replace=False))]
+
     for c, pairs in sorted(eng.items()):
-        if c == "translation":
-            fr = [(y, x) for x, y in pairs]
-        else:
-            fr = [(en_fr[x], en_fr[y]) for x, y in pairs if x in en_fr and y in en_fr and en_fr[x] != en_fr[y]]
-        pick = lambda ps: [list(ps[i]) for i in sorted(rng.choice(len(ps), min(max_pairs, len(ps)),  # noqa: E731
-                                                                    replace=False))]
-        data[c] = {"eng": pick(pairs), "fr": pick(fr)}
+        data[c] = {"eng": pick(pairs, rng),
+                   "fr": pick([(y, x) for x, y in pairs] if c == "translation" else translated(pairs, en_fr), rng)}
+    for c, pairs in sorted(eng.items()):  # Spanish "translation" is Spanish -> English, as French is
+        es = ([(p["output"], p["input"]) for p in load("english-spanish.json")] if c == "translation"
+              else translated(pairs, en_es))
+        data[c]["es"] = pick(es, es_rng)
     pathlib.Path(out).write_text(json.dumps(data, ensure_ascii=False, indent=0) + "\n")
     return data
 
@@ -110,9 +129,95 @@ def reference_comparison(cie: np.ndarray, rsa: np.ndarray, reference: pathlib.Pa
     return out
 
 
+def extraction_means(graphdef, params, tokenizer, data: dict[str, Any], *, shots: int, num_prompts: int, batch: int,
+                     seed: int) -> dict[tuple[str, str, str], np.ndarray]:
+    """(concept, lang, fmt) -> mean z (L, H, Dh) over clean prompts, for every steering extraction dataset."""
+    add_bos, pad = tokenizer.bos_id is not None, tokenizer.pad_id or 0
+    for c in CONCEPTS:  # every dataset checked before the first forward
+        for lang, _ in STEER_EXTRACTS:
+            if lang not in data.get(c, {}):
+                raise ConfigError(f"datasets: no {lang!r} pairs for concept {c!r}; expected the keys "
+                                  f"{sorted({la for la, _ in STEER_EXTRACTS})} (written by export_subset)")
+    means = {}
+    for i, c in enumerate(CONCEPTS):
+        for j, (lang, fmt) in enumerate(STEER_EXTRACTS):
+            pairs = [tuple(p) for p in data[c][lang]]
+            texts = prompt_lib.build_prompts(pairs, fmt, num=num_prompts, shots=shots, seed=seed + 1000 + 10 * i + j)
+            tk, mk = left_pad_ids(encode_prompts(tokenizer, texts, add_bos=add_bos)[0], pad)
+            z, _ = heads_lib.batched_last_token(graphdef, params, tk, mk, batch=batch)
+            means[(c, lang, fmt)] = z.mean(1)
+    return means
+
+
+def steer_real(graphdef, params, num_layers: int, tokenizer, data: dict[str, Any],
+               head_sets: dict[str, list[tuple[int, int]]], means: dict[tuple[str, str, str], np.ndarray], *,
+               num_steer: int = 100, weights: tuple[float, ...] = STEER_WEIGHTS, seed: int = 42
+               ) -> dict[str, Any]:
+    """Zero-shot eng-OE prompts (`Q: x` / `A:`) of each concept steered by its FV and CV from every extraction
+    format, at every layer x w. Rows: delta p and accuracy of the correct first token, KL(p_ID || p_OOD) at the
+    same (layer, w). Summary: per method the (layer, w) of best mean in-distribution delta p, and there each
+    concept's ID and OOD delta p (the small world's protocol)."""
+    import jax.numpy as jnp
+
+    from interp.concept_vectors import vectors as vec_lib
+
+    o_proj, o_bias = vec_lib.output_projections(params, num_layers)
+    add_bos, pad = tokenizer.bos_id is not None, tokenizer.pad_id or 0
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in CONCEPTS:
+        pairs = [tuple(p) for p in data[c]["eng"]]
+        picks = rng.choice(len(pairs), num_steer, replace=len(pairs) < num_steer)
+        texts = [prompt_lib.open_ended_prompt([], pairs[i]) for i in picks]
+        tokens, targets = encode_prompts(tokenizer, texts, add_bos=add_bos)
+        tk, mk = (jnp.asarray(a) for a in left_pad_ids(tokens, pad))
+        _, base = heads_lib.last_token_forward(graphdef, params, tk, mk)
+        base_p = np.exp(np.asarray(base))[np.arange(len(picks)), targets]
+        for m, heads in head_sets.items():
+            vecs = {e: jnp.asarray(vec_lib.head_vector(means[(c, *e)], o_proj, o_bias, heads)) for e in STEER_EXTRACTS}
+            for layer in range(num_layers):
+                for w in weights:
+                    lp = {e: vec_lib.steered_logprobs(graphdef, params, tk, mk, v, layer, w, num_layers=num_layers)
+                          for e, v in vecs.items()}
+                    id_p = np.exp(np.asarray(lp[STEER_EXTRACTS[0]], np.float64))
+                    for e in STEER_EXTRACTS:
+                        p = np.exp(np.asarray(lp[e], np.float64))
+                        rows.append({"method": m, "concept": c, "extract": "-".join(e), "layer": layer,
+                                     "weight": float(w),
+                                     "delta_p": float((p[np.arange(len(picks)), targets] - base_p).mean()),
+                                     "accuracy": float((p.argmax(-1) == targets).mean()),
+                                     "kl_from_id": float(vec_lib.kl_divergence(id_p, p).mean())})
+    return {"rows": rows, "summary": summarise_real_steering(rows)}
+
+
+def summarise_real_steering(rows: list[dict]) -> dict[str, Any]:
+    """Per method: the (layer, w) of best in-distribution delta p (mean over concepts); there, per concept, the
+    ID delta p, each OOD extraction's delta p and KL, and their means."""
+    id_name = "-".join(STEER_EXTRACTS[0])
+    out = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == m]
+        grid = sorted({(r["layer"], r["weight"]) for r in mine})
+        score = {g: np.mean([r["delta_p"] for r in mine if r["extract"] == id_name
+                             and (r["layer"], r["weight"]) == g]) for g in grid}
+        best = max(grid, key=lambda g: score[g])
+        at = {(r["concept"], r["extract"]): r for r in mine if (r["layer"], r["weight"]) == best}
+        concepts = list(dict.fromkeys(r["concept"] for r in mine))
+        ood = ["-".join(e) for e in STEER_EXTRACTS[1:]]
+        per_concept = {c: {"id_delta_p": at[(c, id_name)]["delta_p"],
+                           **{f"{e}_delta_p": at[(c, e)]["delta_p"] for e in ood},
+                           **{f"{e}_kl": at[(c, e)]["kl_from_id"] for e in ood}} for c in concepts}
+        out[m] = {"layer": best[0], "weight": best[1], "per_concept": per_concept,
+                  "id_delta_p": float(np.mean([v["id_delta_p"] for v in per_concept.values()])),
+                  "ood_delta_p": float(np.mean([v[f"{e}_delta_p"] for v in per_concept.values() for e in ood])),
+                  "kl": float(np.mean([v[f"{e}_kl"] for v in per_concept.values() for e in ood]))}
+    return out
+
+
 def run_real(model_dir: str | pathlib.Path, out_dir: str | pathlib.Path, *, datasets: str | pathlib.Path = DATA,
              shots: int = 5, num_prompts: int = 50, top_k: int = 10, batch: int = 16, sweep_batch: int = 32,
-             reference: str | pathlib.Path | None = None, dtype: str = "bfloat16", seed: int = 42) -> dict[str, Any]:
+             reference: str | pathlib.Path | None = None, dtype: str = "bfloat16", seed: int = 42,
+             steer: bool = False, steer_heads: int = 5, num_steer: int = 100) -> dict[str, Any]:
     from core.lm.tokenizer import load_tokenizer
     from core.lm.weights import load_hf
     from interp.concept_vectors.train import heatmap
@@ -158,6 +263,13 @@ def run_real(model_dir: str | pathlib.Path, out_dir: str | pathlib.Path, *, data
     result["jaccard"] = heads_lib.jaccard(result["fv_heads"], result["cv_heads"])
     if reference is not None:
         result["reference"] = reference_comparison(cie_mean, rsa["concept"], pathlib.Path(reference), top_k)
+    if steer:  # the notes' steering: 5 heads per vector, 50 extraction and 100 intervention prompts
+        head_sets = {"FV": heads_lib.top_heads(cie_mean, steer_heads),
+                     "CV": heads_lib.top_heads(rsa["concept"], steer_heads)}
+        means = extraction_means(graphdef, params, tokenizer, data, shots=shots, num_prompts=num_prompts,
+                                 batch=batch, seed=seed)
+        result["steering"] = steer_real(graphdef, params, config.num_layers, tokenizer, data, head_sets, means,
+                                        num_steer=num_steer, seed=seed)
     heatmap(out_dir / "cie.png", cie_mean, "CIE (mean over datasets)", result["fv_heads"])
     heatmap(out_dir / "rsa_concept.png", rsa["concept"], "RSA rho, concept design", result["cv_heads"])
     (out_dir / "real_results.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -172,10 +284,16 @@ def main(argv=None) -> None:
     parser.add_argument("--datasets", default=str(DATA), help="concept pairs JSON (default: the shipped subset)")
     parser.add_argument("--num-prompts", type=int, default=50)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steer", action="store_true", help="also the steering sweep (FV / CV from eng-OE, "
+                        "fr-OE, es-OE, eng-MC on zero-shot eng-OE prompts, every layer x w in {1, 5, 10})")
+    parser.add_argument("--num-steer", type=int, default=100, help="zero-shot prompts per concept")
     args = parser.parse_args(argv)
     res = run_real(args.model_dir, args.out_dir, datasets=args.datasets, reference=args.reference,
-                   num_prompts=args.num_prompts, batch=args.batch)
+                   num_prompts=args.num_prompts, batch=args.batch, steer=args.steer, num_steer=args.num_steer)
     print(json.dumps({k: res[k] for k in ("fv_heads", "cv_heads", "jaccard")}))
+    if args.steer:
+        print(json.dumps({m: {k: v for k, v in s.items() if k != "per_concept"}
+                          for m, s in res["steering"]["summary"].items()}))
 
 
 if __name__ == "__main__":

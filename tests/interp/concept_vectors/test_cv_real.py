@@ -5,7 +5,9 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
+from core.config import ConfigError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
 from core.lm.tokenizer import train_word_level
@@ -31,10 +33,32 @@ def test_real_path_on_a_tiny_hf_folder(tmp_path):
     (ref / "results_sim_mat_rsa_Meta-LLama-3.1-8B.csv").write_text("layer,head,relation\n" + "".join(
         f"{l},{h},{h - l}\n" for l in range(2) for h in range(2)))
     res = real.run_real(tmp_path / "model", tmp_path / "out", num_prompts=2, shots=2, top_k=2, batch=12,
-                        sweep_batch=4, reference=ref, dtype="float32")
+                        sweep_batch=4, reference=ref, dtype="float32", steer=True, steer_heads=2, num_steer=3)
     assert np.shape(res["cie"]) == (2, 2) and np.shape(res["rsa"]["concept"]) == (2, 2)
     assert np.isfinite(res["cie"]).all() and len(res["fv_heads"]) == 2
     assert res["reference"]["cie"]["reference_top"] == [(1, 0), (1, 1)]
     assert (tmp_path / "out" / "cie.png").exists()
     saved = json.loads((tmp_path / "out" / "real_results.json").read_text())
     assert len(saved["accuracy"]) == 18
+    # steering: 6 concepts x {FV, CV} x 4 extraction formats x 2 layers x 3 weights
+    rows = saved["steering"]["rows"]
+    assert len(rows) == 6 * 2 * 4 * 2 * 3
+    assert all(r["kl_from_id"] == 0.0 for r in rows if r["extract"] == "eng-OE")
+    assert all(-1 <= r["delta_p"] <= 1 and r["kl_from_id"] >= 0 for r in rows)
+    for m, summary in saved["steering"]["summary"].items():
+        mine = [r for r in rows if r["method"] == m and r["extract"] == "eng-OE"]
+        score = {(layer, w): np.mean([r["delta_p"] for r in mine if (r["layer"], r["weight"]) == (layer, w)])
+                 for layer in range(2) for w in (1.0, 5.0, 10.0)}
+        assert score[(summary["layer"], summary["weight"])] == max(score.values())
+        assert set(summary["per_concept"]) == set(real.CONCEPTS)
+
+
+def test_shipped_spanish_pairs_and_a_dataset_file_without_them(tmp_path):
+    data = real.load_datasets()
+    assert all(len(data[c]["es"]) >= 30 for c in real.CONCEPTS)
+    assert ["isla", "islas"] in data["singularPlural"]["es"]  # Spanish plural through the english-spanish pairs
+    (tmp_path / "d.json").write_text(json.dumps({c: {k: v for k, v in data[c].items() if k != "es"}
+                                                 for c in real.CONCEPTS}))
+    with pytest.raises(ConfigError, match="no 'es' pairs for concept 'antonym'"):
+        real.extraction_means(None, None, type("T", (), {"bos_id": None, "pad_id": 0})(),
+                              real.load_datasets(tmp_path / "d.json"), shots=2, num_prompts=2, batch=2, seed=0)
