@@ -24,6 +24,8 @@ import json
 import pathlib
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from core.config import ConfigError
@@ -149,6 +151,14 @@ def extraction_means(graphdef, params, tokenizer, data: dict[str, Any], *, shots
     return means
 
 
+@jax.jit
+def _steer_metrics(logp, id_logp, targets, base_p):
+    """(mean delta p of the target, accuracy, mean KL(p_ID || p)) of steered log-probs (B, V)."""
+    p_target = jnp.exp(jnp.take_along_axis(logp, targets[:, None], -1)[:, 0])
+    kl = (jnp.exp(id_logp) * (id_logp - logp)).sum(-1)
+    return (p_target - base_p).mean(), (logp.argmax(-1) == targets).mean(), kl.mean()
+
+
 def steer_real(graphdef, params, num_layers: int, tokenizer, data: dict[str, Any],
                head_sets: dict[str, list[tuple[int, int]]], means: dict[tuple[str, str, str], np.ndarray], *,
                num_steer: int = 100, weights: tuple[float, ...] = STEER_WEIGHTS, seed: int = 42
@@ -157,8 +167,6 @@ def steer_real(graphdef, params, num_layers: int, tokenizer, data: dict[str, Any
     format, at every layer x w. Rows: delta p and accuracy of the correct first token, KL(p_ID || p_OOD) at the
     same (layer, w). Summary: per method the (layer, w) of best mean in-distribution delta p, and there each
     concept's ID and OOD delta p (the small world's protocol)."""
-    import jax.numpy as jnp
-
     from interp.concept_vectors import vectors as vec_lib
 
     o_proj, o_bias = vec_lib.output_projections(params, num_layers)
@@ -171,22 +179,20 @@ def steer_real(graphdef, params, num_layers: int, tokenizer, data: dict[str, Any
         texts = [prompt_lib.open_ended_prompt([], pairs[i]) for i in picks]
         tokens, targets = encode_prompts(tokenizer, texts, add_bos=add_bos)
         tk, mk = (jnp.asarray(a) for a in left_pad_ids(tokens, pad))
+        targets = jnp.asarray(targets)
         _, base = heads_lib.last_token_forward(graphdef, params, tk, mk)
-        base_p = np.exp(np.asarray(base))[np.arange(len(picks)), targets]
+        base_p = jnp.exp(jnp.take_along_axis(base, targets[:, None], -1)[:, 0])
         for m, heads in head_sets.items():
             vecs = {e: jnp.asarray(vec_lib.head_vector(means[(c, *e)], o_proj, o_bias, heads)) for e in STEER_EXTRACTS}
             for layer in range(num_layers):
                 for w in weights:
                     lp = {e: vec_lib.steered_logprobs(graphdef, params, tk, mk, v, layer, w, num_layers=num_layers)
                           for e, v in vecs.items()}
-                    id_p = np.exp(np.asarray(lp[STEER_EXTRACTS[0]], np.float64))
-                    for e in STEER_EXTRACTS:
-                        p = np.exp(np.asarray(lp[e], np.float64))
+                    for e in STEER_EXTRACTS:  # scalars only leave the device (a real vocabulary is 128k wide)
+                        delta_p, accuracy, kl = (float(x) for x in _steer_metrics(lp[e], lp[STEER_EXTRACTS[0]],
+                                                                                   targets, base_p))
                         rows.append({"method": m, "concept": c, "extract": "-".join(e), "layer": layer,
-                                     "weight": float(w),
-                                     "delta_p": float((p[np.arange(len(picks)), targets] - base_p).mean()),
-                                     "accuracy": float((p.argmax(-1) == targets).mean()),
-                                     "kl_from_id": float(vec_lib.kl_divergence(id_p, p).mean())})
+                                     "weight": float(w), "delta_p": delta_p, "accuracy": accuracy, "kl_from_id": kl})
     return {"rows": rows, "summary": summarise_real_steering(rows)}
 
 
