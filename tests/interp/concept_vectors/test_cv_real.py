@@ -62,3 +62,14 @@ def test_shipped_spanish_pairs_and_a_dataset_file_without_them(tmp_path):
     with pytest.raises(ConfigError, match="no 'es' pairs for concept 'antonym'"):
         real.extraction_means(None, None, type("T", (), {"bos_id": None, "pad_id": 0})(),
                               real.load_datasets(tmp_path / "d.json"), shots=2, num_prompts=2, batch=2, seed=0)
+
+
+def test_steer_metrics_against_a_hand_computation():
+    p = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
+    q = np.array([[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]])  # the in-distribution-steered distribution
+    targets, base_p = np.array([0, 1]), np.array([0.5, 0.4])
+    delta_p, accuracy, kl = real._steer_metrics(np.log(p), np.log(q), targets, base_p)
+    assert np.isclose(float(delta_p), ((0.7 - 0.5) + (0.3 - 0.4)) / 2, atol=1e-6)
+    assert float(accuracy) == 0.5  # argmax 0 (right), argmax 2 (wrong)
+    kl_by_hand = np.mean([(q[i] * np.log(q[i] / p[i])).sum() for i in range(2)])
+    assert np.isclose(float(kl), kl_by_hand, atol=1e-6)
