@@ -73,7 +73,9 @@ def stack_tasks(tasks: list[Task]) -> Task:
 def observe(s: EnvState, task: Task, horizon: int) -> jax.Array:
     f = scene2d.features(s.phys)
     p = task.plan
-    cur = jnp.minimum(s.tracker.phase, rewards.S - 1)
+    # once the plan is complete the last sub-task's goal stays in view: it is the goal state to keep (the reward
+    # still scores that sub-task's terms)
+    cur = jnp.minimum(s.tracker.phase, p.n_sub - 1)
     kind = jax.nn.one_hot(p.goal_kind[cur], 4)
     goal = p.goal_val[cur]
     phase = jax.nn.one_hot(s.tracker.phase, rewards.S + 1)

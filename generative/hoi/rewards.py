@@ -18,7 +18,9 @@ Goal terms: box position k(|p - p*|, SIGMA_D) (holds within GOAL_POS_TOL), box o
 k(max(0, table_gap), SIGMA_D) (holds when over the table top and lifted / resting there), door k(max(0, a* - a),
 SIGMA_A) (holds within GOAL_ANGLE_TOL). A sub-task completes when every edge and its goal hold for
 `hold_steps` consecutive steps; the phase then advances (in order). Reward with n sub-tasks and phase p:
-  r = (min(p, n - 1) + mean of the current sub-task's terms) / n + [p == n] / n + ADVANCE_BONUS x [advanced].
+  r = (min(p, n - 1) + mean of the current sub-task's terms) / n + [kept] / n + ADVANCE_BONUS x [advanced],
+where kept = (p == n) and the last sub-task's test still holds: a completed plan's goal state is to be kept, not
+passed through (a push that completes and then carries the box on past its target loses the 1 / n).
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ def rmd_step(f: Features, p: CompiledPlan, tr: Tracker) -> tuple[jax.Array, Trac
     hold = jnp.where(advanced, 0, hold)
     n = p.n_sub.astype(jnp.float32)
     shown = jnp.minimum(phase, p.n_sub - 1)
-    reward = (shown + mean[shown]) / n + (phase >= p.n_sub) / n + ADVANCE_BONUS * advanced
+    kept = (phase >= p.n_sub) & ok[shown]  # the completed plan's goal state still holds
+    reward = (shown + mean[shown]) / n + kept / n + ADVANCE_BONUS * advanced
     return reward, Tracker(phase, hold), advanced
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
@@ -47,6 +48,20 @@ def test_sharded_env_step_matches_unsharded(devices):
     assert got[1].sharding.spec == P("data") and len(got[1].sharding.device_set) == 8
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+
+
+def test_a_completed_plan_keeps_its_last_goal_in_the_observation():
+    # the last sub-task's goal is the state to keep once the plan is done: only the phase one-hot may change
+    task = env_lib.make_task("push", "rmd")
+    s, _ = env_lib.reset(jax.random.key(0), task, 50)
+    n = int(task.plan.n_sub)
+    at = lambda phase: np.asarray(env_lib.observe(s._replace(tracker=s.tracker._replace(phase=jnp.int32(phase))),
+                                                  task, 50))
+    last, done = at(n - 1), at(n)
+    changed = np.flatnonzero(last != done)
+    assert len(changed) == 2 and sorted(last[changed]) == [0.0, 1.0] and sorted(done[changed]) == [0.0, 1.0]
+    goal = np.asarray(env_lib.PUSH_GOAL, np.float32)
+    assert any(np.allclose(done[i:i + 2], goal) for i in range(len(done) - 1))
 
 
 def test_config_and_task_validation():

@@ -102,6 +102,9 @@ def test_tracker_advances_in_order_after_hold_steps():
     assert int(tr.phase) == 2 and float(r3) == pytest.approx((1 + 1.0) / 2 + 0.5 + rewards.ADVANCE_BONUS, 1e-5)
     r4, tr, adv = RMD(feats(door=1.0), p, tr)
     assert int(tr.phase) == 2 and not bool(adv) and float(r4) == pytest.approx(1.5, 1e-5)
+    # the completed plan's goal state is not kept (the door swung back): the completion 1 / n is not paid
+    r5, tr, _ = RMD(feats(door=0.5), p, tr)
+    assert int(tr.phase) == 2 and float(r5) == pytest.approx((1 + math.exp(-0.5 / rewards.SIGMA_A)) / 2, 1e-5)
 
 
 def test_chain_of_contacts_drops_each_contact_once_met():
