@@ -1,6 +1,7 @@
 """Configs of the synthetic VaseVQA-3D experiment: render procedural vases, pretrain the small VLM on lay
-descriptions (the stand-in for a general-purpose base model), LoRA-SFT it on the archaeological captions and QA
-(vision tower frozen), then GRPO with the attribute reward; score base / SFT / SFT+GRPO with the released metrics.
+descriptions and on a text-only catalogue (the stand-in for a general-purpose base model), LoRA-SFT it on the
+archaeological captions and QA (vision tower frozen), then GRPO with the attribute reward; score base / SFT /
+SFT+GRPO with the released metrics.
 
 - ``iclr26 run vasevqa --preset tiny``  (a smoke run: a few steps of every stage)
 - ``iclr26 run vasevqa --preset demo``  (256 training vases, the paper's 96 test captions; measured 19 min 53 s
@@ -33,6 +34,11 @@ class Config:
     # stage 0: the base model (full training on lay descriptions)
     pretrain_steps: int = 400         # base-model training steps on lay descriptions
     pretrain_lr: float = 3e-3         # base-model learning rate
+    # the base model's text-only share: a catalogue of captions and QA of other (unrendered) vases, shown with a
+    # blank image, so that it knows the domain's words and phrasing, as a web-pretrained LM does, but not how
+    # they look; without it LoRA (no embedding / LM-head training) cannot raise words the base never saw
+    corpus_size: int = 512            # catalogue entries (attribute draws of their own seed)
+    corpus_fraction: float = 0.5      # share of each pretraining batch that is catalogue text
     # stage 1: SFT with LoRA on all linear layers, vision frozen
     lora_rank: int = 8                # LoRA rank r of the SFT adapters
     lora_alpha: float = 32.0          # LoRA alpha (adapter scale alpha / r)
@@ -68,6 +74,9 @@ class Config:
         check(self.temperature > 0, "temperature", self.temperature, "> 0 (GRPO samples)")
         check(self.kl_coef >= 0, "kl_coef", self.kl_coef, ">= 0")
         check(0.0 <= self.qa_fraction < 1.0, "qa_fraction", self.qa_fraction, "in [0, 1)")
+        check(0.0 <= self.corpus_fraction < 1.0, "corpus_fraction", self.corpus_fraction, "in [0, 1)")
+        check(isinstance(self.corpus_size, int) and self.corpus_size >= 0, "corpus_size", self.corpus_size,
+              "a non-negative integer")
         for name in ("pretrain_lr", "sft_lr", "grpo_lr", "lora_alpha"):
             check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
 

@@ -68,6 +68,18 @@ def lay_caption(attrs: vases.VaseAttributes) -> str:
             f"and {LAY_BAND[attrs.foot_band]} below.")
 
 
+def catalogue(n: int, seed: int) -> list[tuple[str, str]]:
+    """(prompt, text) rows of n catalogue entries (a caption and its six QA pairs each) of vases drawn from
+    their own seed and never rendered: the domain text a web-pretrained base model has read."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        attrs = vases.sample_attributes(rng)
+        rows.append((CAPTION_PROMPT, caption(attrs)))
+        rows += [(q["question"], q["answer"]) for q in qa_pairs(attrs)]
+    return rows
+
+
 def qa_pairs(attrs: vases.VaseAttributes) -> list[dict[str, str]]:
     return [{"attribute": a, "question": QUESTIONS[a], "answer": f"{attrs.value(a)}."} for a in vases.ATTRIBUTES]
 

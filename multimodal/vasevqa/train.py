@@ -89,7 +89,10 @@ class Runner:
     def pretrain(self):
         c, d = self.config, self.data
         rows = [(data_lib.CAPTION_PROMPT, data_lib.lay_caption(v.attributes)) for v in d.train]
-        length = _length(self.tokenizer, rows)
+        corpus = data_lib.catalogue(c.corpus_size, 3000 + self.seed)
+        n_text = int(round(c.batch_size * c.corpus_fraction)) if corpus else 0
+        length = _length(self.tokenizer, rows + corpus)
+        blank = np.zeros((n_text, *d.train_images.shape[1:]), np.float32)
         schedule = _schedule(c.pretrain_lr, c.pretrain_steps)
         tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
         params, _ = vlm.trainable_params(self.model)
@@ -97,9 +100,11 @@ class Runner:
         step = make_train_step(vlm.make_loss(self.model), tx, schedule=schedule)
         start = time.time()
         for i in progress(range(c.pretrain_steps), desc="vasevqa base (lay captions)"):
-            pick = self.rng.integers(0, len(rows), c.batch_size)
-            batch = model_lib.training_batch(self.tokenizer, d.train_images[pick], [rows[j][0] for j in pick],
-                                             [rows[j][1] for j in pick], length)
+            pick = self.rng.integers(0, len(rows), c.batch_size - n_text)
+            text = [corpus[j] for j in self.rng.integers(0, len(corpus), n_text)] if n_text else []
+            batch = model_lib.training_batch(self.tokenizer, np.concatenate([d.train_images[pick], blank]),
+                                             [rows[j][0] for j in pick] + [t[0] for t in text],
+                                             [rows[j][1] for j in pick] + [t[1] for t in text], length)
             state, m = step(state, jax.tree.map(jnp.asarray, batch))
             if i % 25 == 0 or i == c.pretrain_steps - 1:
                 self._record("pretrain", i, {"loss": float(m["loss"])})

@@ -28,6 +28,16 @@ def test_caption_and_qa_cover_the_six_attributes(few):
     assert v.views.shape == (6, 16, 16, 3)
 
 
+def test_catalogue_rows_are_captions_and_qa_of_their_own_vases():
+    rows = data.catalogue(3, seed=5)
+    assert len(rows) == 3 * (1 + len(vases.ATTRIBUTES))
+    rng = np.random.default_rng(5)
+    want = data.caption(vases.sample_attributes(rng))
+    assert rows[0] == (data.CAPTION_PROMPT, want)
+    assert [r[0] for r in rows[1:7]] == [data.QUESTIONS[a] for a in vases.ATTRIBUTES]
+    assert data.catalogue(3, seed=5) == rows and data.catalogue(3, seed=6) != rows
+
+
 def test_released_layout_round_trip(tmp_path, few):
     root = data.export_released(few, tmp_path / "vasevqa", glb=True)
     folders = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != "glb")

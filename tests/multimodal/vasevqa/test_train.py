@@ -97,6 +97,8 @@ def test_bad_config_values_raise_one_line():
         Config(num_generations=1)
     with pytest.raises(ConfigError, match="patch_size"):
         Config(image_size=30)
+    with pytest.raises(ConfigError, match="corpus_fraction"):
+        Config(corpus_fraction=1.0)
 
 
 def test_grpo_step_raises_the_better_completion_and_masks_the_prompt():
