@@ -4,7 +4,7 @@ Presets (commands and expected runtimes on 2 shared CPU cores):
 - `tiny`: `iclr26 run concept_vectors --preset tiny` (~1 min): smoke test, numbers meaningless.
 - `demo`: `iclr26 run concept_vectors --preset demo` (6 min 17 s cold on the idle 2-core machine): 4 layers x
   8 heads of width 32, d = 64 (367k parameters), 16 entities, half the prompts MC, 1,500 steps of batch 16;
-  CIE / RSA heat maps, vector cosines and the steering sweep. The benchmark trains this model 4,000 steps.
+  CIE / RSA heat maps, vector cosines and the steering sweep. The benchmark trains this model 8,000 steps.
 - `paper`: the notes' model (4 layers, d = 128, 8 heads, ~1 M parameters), 64 entities, longer training.
 """
 
