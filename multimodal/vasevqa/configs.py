@@ -31,8 +31,8 @@ class Config:
     hidden_size: int = 64             # language-model width
     num_layers: int = 2               # language-model layers
     num_heads: int = 4                # language-model attention heads
-    # stage 0: the base model (full training on lay descriptions)
-    pretrain_steps: int = 400         # base-model training steps on lay descriptions
+    # stage 0: the base model (full training on lay descriptions and the text-only catalogue below)
+    pretrain_steps: int = 400         # base-model training steps
     pretrain_lr: float = 3e-3         # base-model learning rate
     # the base model's text-only share: a catalogue of captions and QA of other (unrendered) vases, shown with a
     # blank image, so that it knows the domain's words and phrasing, as a web-pretrained LM does, but not how
