@@ -4,8 +4,8 @@ archaeological captions and QA (vision tower frozen), then GRPO with the attribu
 SFT+GRPO with the released metrics.
 
 - ``iclr26 run vasevqa --preset tiny``  (a smoke run: a few steps of every stage)
-- ``iclr26 run vasevqa --preset demo``  (256 training vases, the paper's 96 test captions; measured 19 min 53 s
-  wall under nice at load average 20-25 on the shared 2-core CPU, 168 s of CPU time)
+- ``iclr26 run vasevqa --preset demo``  (256 training vases, the paper's 96 test captions; 79 s wall cold on the
+  idle 2-core machine)
 - ``paper``: the paper's optimiser settings where they transfer (LoRA r 8 / alpha 32, GRPO 4 generations,
   temperature 1.0, KL 0.001); not run here.
 """
