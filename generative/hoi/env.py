@@ -3,7 +3,8 @@ reading, the hand reward's task index) is data, not code, so one compiled step s
 reward arm (`arm`: 0 RMD, 1 hand-engineered, 2 chain-of-contacts).
 
 The observation is the same for every arm: the scene state, hand-relative object positions, the current
-sub-task's goal and the RMD phase (one-hot) from the plan's completion tracker, and the episode's time fraction.
+sub-task's goal and the RMD phase (one-hot) from the plan's completion tracker (a completed plan shows its last
+sub-task), and the episode's time fraction.
 The tracker also gives the evaluation metrics (completion in order, time to completion, relation stability),
 whatever reward trained the policy.
 """
@@ -28,7 +29,7 @@ TASKS = {  # name -> (command, hand-reward task index)
     "open": ("open door", 2),
     "open_push": (f"open door then push box to {PUSH_GOAL}", 3),
 }
-OBS_DIM = 54
+OBS_DIM = 53
 
 
 class Task(NamedTuple):
@@ -73,12 +74,13 @@ def stack_tasks(tasks: list[Task]) -> Task:
 def observe(s: EnvState, task: Task, horizon: int) -> jax.Array:
     f = scene2d.features(s.phys)
     p = task.plan
-    # once the plan is complete the last sub-task's goal stays in view: it is the goal state to keep (the reward
-    # still scores that sub-task's terms)
+    # once the plan is complete the policy sees its last sub-task, goal and phase: that sub-task's state is the
+    # one to keep (the reward still scores its terms), so completion does not switch the policy's input to a
+    # phase it has rarely seen
     cur = jnp.minimum(s.tracker.phase, p.n_sub - 1)
     kind = jax.nn.one_hot(p.goal_kind[cur], 4)
     goal = p.goal_val[cur]
-    phase = jax.nn.one_hot(s.tracker.phase, rewards.S + 1)
+    phase = jax.nn.one_hot(cur, rewards.S)
     ph = s.phys
     parts = [f.human_p.reshape(-1), f.human_v.reshape(-1), f.obj_p.reshape(-1), f.obj_v.reshape(-1),
              f.gap.reshape(-1), f.grip, f.box_up[None], f.table_gap[None], f.door[None], ph.door_v[None],

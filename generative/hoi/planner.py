@@ -2,7 +2,9 @@
 
 - `TemplatePlanner`: the offline stand-in for the paper's VLM. A small command grammar, sequences joined by
   "then" / "," / ";":  `push box to (x, y)`, `carry box to table`, `open door`, e.g.
-  `open door then push box to (1.0, -1.0)`. It sees no image; the scene layout is fixed (scene2d.py).
+  `open door then push box to (1.0, -1.0)`. It sees no image; the scene layout is fixed (scene2d.py). A push
+  ends with the box at rest on its target (`settle box`); in a sequence, a part that ends gripping an object
+  lets go of it, keeping its goal, before the next part (`release handle` after `open door`).
 - `LLMPlanner`: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp server, ...). It sends
   the schema and two worked examples, asks for one JSON object and validates the answer; the transport is
   injectable, so tests use a local fake server and nothing here needs a network by default.
@@ -40,6 +42,9 @@ def _template(kind: str, args: tuple[str, ...]) -> list[dict[str, Any]]:
         return [_reach("box"),
                 {"name": "push box", "edges": [{"human": "hand", "object": "box", "relation": "contact"},
                                                {"human": "hand", "object": "box", "relation": "move_with"}],
+                 "goal": {"object": "box", "target": [x, y]}},
+                # a push ends with the box at rest on its target, as a carry ends with the box let go on the table
+                {"name": "settle box", "edges": [{"human": "hand", "object": "box", "relation": "hold_still"}],
                  "goal": {"object": "box", "target": [x, y]}}]
     if kind == "carry":
         return [_reach("box"),
@@ -60,6 +65,17 @@ def _template(kind: str, args: tuple[str, ...]) -> list[dict[str, Any]]:
              "goal": {"object": "door", "angle": 1.0}}]
 
 
+def _let_go(last: dict[str, Any]) -> list[dict[str, Any]]:
+    """Between two parts of a sequence: a part that ends gripping an object (open door ends holding the
+    handle) lets go of it, keeping that part's goal, before the next part starts."""
+    held = [e["object"] for e in last["edges"] if e.get("grasp")]
+    if not held:
+        return []
+    step = {"name": f"release {held[0]}", "edges": [{"human": "hand", "object": held[0], "relation": "release",
+                                                      "distance": 0.05}]}
+    return [{**step, "goal": last["goal"]} if last.get("goal") else step]
+
+
 class TemplatePlanner:
     """The offline planner over the command grammar `GRAMMAR` (the README's stand-in for the VLM)."""
 
@@ -70,11 +86,13 @@ class TemplatePlanner:
         parts = [p.strip().replace("|", ",") for p in re.split(separators, text) if p.strip()]
         if not parts:
             raise BadInputError(f"command={command!r}: expected {GRAMMAR}")
-        subtasks = []
+        subtasks: list[dict[str, Any]] = []
         for part in parts:
             for kind, pattern in _PATTERNS:
                 m = pattern.match(part)
                 if m:
+                    if subtasks:
+                        subtasks += _let_go(subtasks[-1])
                     subtasks += _template(kind, m.groups())
                     break
             else:

@@ -68,19 +68,28 @@ def test_door_goal_and_not_json():
 def test_template_planner_grammar_and_sequences():
     planner = TemplatePlanner()
     push = planner("Push the box to (0.5, -1)")
-    assert [s.name for s in push.subtasks] == ["reach box", "push box"]
-    assert push.subtasks[1].goal.position == (0.5, -1.0)
+    assert [s.name for s in push.subtasks] == ["reach box", "push box", "settle box"]
+    assert push.subtasks[1].goal.position == (0.5, -1.0) and push.subtasks[2].goal.position == (0.5, -1.0)
     assert [e.relation for e in push.subtasks[1].edges] == ["contact", "move_with"]
+    assert [e.relation for e in push.subtasks[2].edges] == ["hold_still"]
     carry = planner("carry box to table")
     assert carry.subtasks[-1].edges[0].relation == "release" and carry.subtasks[1].edges[0].grasp
+    # a part that ends gripping (open door holds the handle) lets go, keeping its goal, before the next part
     seq = planner("open door, then push box to (1, 1)")
-    assert [s.name for s in seq.subtasks] == ["reach handle", "open door", "reach box", "push box"]
-    assert seq.subtasks[1].goal.angle == pytest.approx(1.0)
-    assert len(planner("open door; push box to (0, 0)").subtasks) == 4
+    assert [s.name for s in seq.subtasks] == ["reach handle", "open door", "release handle", "reach box",
+                                              "push box", "settle box"]
+    assert seq.subtasks[1].goal.angle == pytest.approx(1.0) and seq.subtasks[2].goal.angle == pytest.approx(1.0)
+    assert [(e.relation, e.object) for e in seq.subtasks[2].edges] == [("release", "handle")]
+    assert [s.name for s in planner("open door").subtasks] == ["reach handle", "open door"]
+    # carry already ends let go of: nothing inserted
+    assert [s.name for s in planner("carry box to table; open door").subtasks] == [
+        "reach box", "carry box", "place box", "reach handle", "open door"]
     with pytest.raises(BadInputError, match="'dance'"):
         planner("open door then dance")
     with pytest.raises(BadInputError, match="at most 6"):
         planner("carry box to table then open door then open door")
+    with pytest.raises(BadInputError, match="at most 6"):
+        planner("open door; push box to (0, 0); reach box")
 
 
 class _FakeOpenAI(http.server.BaseHTTPRequestHandler):

@@ -108,20 +108,24 @@ def test_tracker_advances_in_order_after_hold_steps():
 
 
 def test_chain_of_contacts_drops_each_contact_once_met():
-    plan = TemplatePlanner()("push box to (0.5, 0.5)")
+    plan = TemplatePlanner()("push box to (0.5, 0.5)")  # reach, push (contact, move_with, goal), settle (goal)
     c = rewards.compile_chain(plan)
-    assert int(c.n) == 2 and list(np.asarray(c.kind[:3])) == [1, 2, 0]  # hand-box contact, then the goal
+    assert int(c.n) == 3 and list(np.asarray(c.kind[:4])) == [1, 2, 2, 0]  # hand-box contact, the goal twice
     touching = feats(gap_hand_box=0.0, box_p=(0.0, 0.0))
     r, idx = COC(touching, c, jnp.int32(0))
-    assert int(idx) == 1 and float(r) == pytest.approx(0.5 + rewards.ADVANCE_BONUS)
+    assert int(idx) == 1 and float(r) == pytest.approx(1 / 3 + rewards.ADVANCE_BONUS, 1e-5)
     # once dropped, losing contact costs nothing: only the goal contact is rewarded
     away = feats(gap_hand_box=2.0, box_p=(0.0, 0.0))
+    far = math.exp(-math.sqrt(0.5) / SD)
     r, idx = COC(away, c, idx)
-    assert int(idx) == 1 and float(r) == pytest.approx((1 + math.exp(-math.sqrt(0.5) / SD)) / 2, 1e-5)
+    assert int(idx) == 1 and float(r) == pytest.approx((1 + far) / 3, 1e-5)
     r, idx = COC(feats(box_p=(0.5, 0.45)), c, idx)
     assert int(idx) == 2
+    r, idx = COC(away, c, idx)  # no holding: the box left its goal, only the next contact's kernel is paid
+    assert int(idx) == 2 and float(r) == pytest.approx((2 + far) / 3, 1e-5)
+    r, idx = COC(feats(box_p=(0.5, 0.5)), c, idx)
     r, idx = COC(away, c, idx)
-    assert float(r) == 1.0
+    assert int(idx) == 3 and float(r) == 1.0
 
 
 def test_hand_rewards_by_task():
