@@ -81,7 +81,7 @@ def test_template_planner_grammar_and_sequences():
     assert seq.subtasks[1].goal.angle == pytest.approx(1.0) and seq.subtasks[2].goal.angle == pytest.approx(1.0)
     assert [(e.relation, e.object) for e in seq.subtasks[2].edges] == [("release", "handle")]
     assert [s.name for s in planner("open door").subtasks] == ["reach handle", "open door"]
-    # carry already ends let go of: nothing inserted
+    # carry already ends with the box let go of: nothing inserted
     assert [s.name for s in planner("carry box to table; open door").subtasks] == [
         "reach box", "carry box", "place box", "reach handle", "open door"]
     with pytest.raises(BadInputError, match="'dance'"):
