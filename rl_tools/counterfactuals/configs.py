@@ -17,9 +17,11 @@ import dataclasses
 
 from core.config import check
 from core.lm.configs import LMConfig
-from rl_tools.counterfactuals.data import WORDS
+from rl_tools.counterfactuals.data import TRACE_STYLES, WORDS
 
 VOCAB = len(WORDS)
+NUMBER_INITS = ("random", "fourier")
+EXEC_FAMILIES = ("if_else_long", "while", "multi_r", "math")  # code families besides if_else
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,6 +32,11 @@ class CFConfig:
     n_eval: int = 300  # items per evaluation split
     max_level: int = 3  # difficulty levels 1..max_level
     trace: bool = False  # train on execution traces before the answer (data.py)
+    trace_style: str = "values"  # "values" (y after each assignment), "steps" (every operation) or "flow"
+    # (every operation, the program shown as a labelled control-flow graph): data.py
+    number_init: str = "random"  # "fourier": number words start at cos/sin features of their value (train.py)
+    exec_families: tuple[str, ...] = ()  # other code families whose execution the base also learns
+    n_exec: int = 2000  # items per family in exec_families (programs disjoint from the evaluation's)
     seq_len: int = 160  # packed training rows (longer examples are dropped)
     batch_size: int = 32
     steps: int = 3000
@@ -48,6 +55,11 @@ class CFConfig:
         check(self.max_level in (1, 2, 3), "max_level", self.max_level, "1, 2 or 3")
         check(self.seq_len >= 96, "seq_len", self.seq_len, ">= 96 (the longest training example)")
         check(self.lr > 0, "lr", self.lr, "> 0")
+        check(self.trace_style in TRACE_STYLES, "trace_style", self.trace_style, f"one of {TRACE_STYLES}")
+        check(self.number_init in NUMBER_INITS, "number_init", self.number_init, f"one of {NUMBER_INITS}")
+        check(set(self.exec_families) <= set(EXEC_FAMILIES), "exec_families", self.exec_families,
+              f"a subset of {EXEC_FAMILIES}")
+        check(self.n_exec > 0, "n_exec", self.n_exec, "> 0")
 
 
 def presets() -> dict[str, CFConfig]:

@@ -187,6 +187,213 @@ def run_trace(program: Program, x: int, latents: tuple[int, ...]) -> tuple[list[
     return env["trace"], pre, pre % program.modulus
 
 
+def _step_expr(e: Expr, env: dict, out: list[str]) -> int:
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    a, b = _step_expr(e.left, env, out), _step_expr(e.right, env, out)
+    c = OPS[e.op](a, b)
+    out += [e.op, str(a), str(b), str(c)]
+    return c
+
+
+def _step_test(c: Cmp, env: dict, out: list[str]) -> bool:
+    a, b = _step_expr(c.left, env, out), _step_expr(c.right, env, out)
+    t = CMPS[c.op](a, b)
+    out += [c.op, str(a), str(b), "T" if t else "F"]
+    return t
+
+
+def _step_block(block: tuple, env: dict, out: list[str], budget: list) -> None:
+    for s in block:
+        if isinstance(s, Assign):
+            env["y"] = _step_expr(s.expr, env, out)
+            if not isinstance(s.expr, Bin):
+                out.append(str(env["y"]))
+            out.append(";")
+        elif isinstance(s, If):
+            if _step_test(s.cond, env, out):
+                _step_block(s.then, env, out, budget)
+            else:
+                for cond, blk in s.elifs:
+                    if _step_test(cond, env, out):
+                        _step_block(blk, env, out, budget)
+                        break
+                else:
+                    _step_block(s.orelse, env, out, budget)
+        elif isinstance(s, While):
+            while _step_test(s.cond, env, out):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
+                _step_block(s.body, env, out, budget)
+        elif isinstance(s, For):
+            n = _step_expr(s.count, env, out)
+            saved = env.get("i")
+            for i in range(n):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
+                env["i"] = i
+                out += ["i", str(i)]
+                _step_block(s.body, env, out, budget)
+            if saved is not None:
+                env["i"] = saved
+        else:  # pragma: no cover - closed set of node types
+            raise TypeError(f"statement {s!r}: expected Assign, If, While or For")
+
+
+def step_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
+    """Execution one operation at a time, in the compact words: every binary operation as `op a b result`
+    (operands evaluated first, left to right), every test as `cmp a b T|F`, `;` after each assignment (a
+    plain copy `y= x` writes its value first), `i k` at the start of each for-loop iteration, then the return
+    expression's operations and `mod value m`. Each result depends only on the three words before it, so a
+    small model learns execution as local steps (the answer `value % m` follows)."""
+    if len(latents) != len(program.latents):
+        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
+                         f"for {program.latent_names}")
+    env = {"x": int(x), "y": int(x)}
+    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    out: list[str] = []
+    _step_block(program.body, env, out, [MAX_LOOP_STEPS])
+    pre = _step_expr(program.ret, env, out)
+    if not isinstance(program.ret, Bin):
+        out.append(str(pre))
+    return out + ["mod", str(pre), str(program.modulus)]
+
+
+# --- control-flow rendering (the small model's "flow" prompts) -------------------------------------
+
+MAX_FLOW_NODES = 32  # labels n0..n31 / g0..g31 in the compact vocabulary
+
+
+def flow_nodes(program: Program) -> list[list]:
+    """The program compiled to a labelled control-flow graph, nodes in program order:
+    `["y=", expr, next]`, `["i=", expr, next]`, `["if", cmp, next_if_true, next_if_false]`, `["ret", expr]`.
+    if/elif/else become chains of tests; `while c` a test whose true edge enters the body and whose body
+    returns to it; `for i in range(n)` becomes `i = 0`, a test `i < n`, the body and `i = i + 1` (the
+    templates' loop counts do not change inside the loop, so testing `i < n` each time is the same loop)."""
+    nodes: list[list] = []
+
+    def new(*node) -> int:
+        nodes.append(list(node))
+        return len(nodes) - 1
+
+    def patch(dangling, target):
+        for n, slot in dangling:
+            nodes[n][slot] = target
+
+    def block(stmts) -> tuple[int | None, list]:
+        entry, dangling = None, []
+        for st in stmts:
+            e, d = stmt(st)
+            entry = e if entry is None else entry
+            patch(dangling, e)
+            dangling = d
+        return entry, dangling
+
+    def branch(test: int, stmts) -> list:
+        e, d = block(stmts)
+        if e is None:
+            return [(test, 2)]
+        nodes[test][2] = e
+        return d
+
+    def stmt(st) -> tuple[int, list]:
+        if isinstance(st, Assign):
+            k = new("y=", st.expr, None)
+            return k, [(k, 2)]
+        if isinstance(st, If):
+            first = new("if", st.cond, None, None)
+            exits = branch(first, st.then)
+            false_edge = (first, 3)
+            for cond, blk in st.elifs:
+                k = new("if", cond, None, None)
+                patch([false_edge], k)
+                exits += branch(k, blk)
+                false_edge = (k, 3)
+            e, d = block(st.orelse)
+            if e is None:
+                exits.append(false_edge)
+            else:
+                patch([false_edge], e)
+                exits += d
+            return first, exits
+        if isinstance(st, While):
+            k = new("if", st.cond, None, None)
+            patch(branch(k, st.body), k)
+            return k, [(k, 3)]
+        if isinstance(st, For):
+            init = new("i=", Const(0), None)
+            test = new("if", Cmp("<", Var("i"), st.count), None, None)
+            nodes[init][2] = test
+            body_exits = branch(test, st.body)
+            inc = new("i=", Bin("+", Var("i"), Const(1)), test)
+            patch(body_exits, inc)
+            if nodes[test][2] is None:
+                nodes[test][2] = inc
+            return init, [(test, 3)]
+        raise TypeError(f"statement {st!r}: expected Assign, If, While or For")  # pragma: no cover
+
+    _, dangling = block(program.body)
+    patch(dangling, new("ret", program.ret))
+    if len(nodes) > MAX_FLOW_NODES:
+        raise ValueError(f"program with {len(nodes)} flow nodes: expected at most {MAX_FLOW_NODES}")
+    return nodes
+
+
+def to_flow_tokens(program: Program) -> list[str]:
+    """The control-flow rendering: latents, `|`, then per node its label `nK` and `y= expr gN`,
+    `i= expr gN`, `if cmp gT gF` or `ret expr mod m` (`gN`: the label of the next node)."""
+    out: list[str] = []
+    for lname, lo, hi in program.latents:
+        out += [lname, str(lo), str(hi)]
+    out.append("|")
+    for k, node in enumerate(flow_nodes(program)):
+        out.append(f"n{k}")
+        if node[0] == "if":
+            out += ["if", *_tok_cond(node[1]), f"g{node[2]}", f"g{node[3]}"]
+        elif node[0] == "ret":
+            out += ["ret", *_tok_expr(node[1]), "mod", str(program.modulus)]
+        else:
+            out += [node[0], *_tok_expr(node[1]), f"g{node[2]}"]
+    return out
+
+
+def flow_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
+    """Execution of the control-flow graph, one node at a time: its label, every binary operation as
+    `op a b result`, an assignment's new value (a plain copy writes it; otherwise the last result is it),
+    a test's `cmp a b T|F`; ends with the return's operations and `mod value m`."""
+    if len(latents) != len(program.latents):
+        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
+                         f"for {program.latent_names}")
+    nodes = flow_nodes(program)
+    env = {"x": int(x), "y": int(x)}
+    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    out: list[str] = []
+    k, budget = 0, 4 * MAX_LOOP_STEPS + len(nodes)
+    while nodes[k][0] != "ret":
+        budget -= 1
+        if budget < 0:
+            raise LoopLimitError(f"flow graph ran past {4 * MAX_LOOP_STEPS + len(nodes)} nodes")
+        node = nodes[k]
+        out.append(f"n{k}")
+        if node[0] == "if":
+            k = node[2] if _step_test(node[1], env, out) else node[3]
+        else:
+            v = _step_expr(node[1], env, out)
+            if not isinstance(node[1], Bin):
+                out.append(str(v))
+            env["y" if node[0] == "y=" else "i"] = v
+            k = node[2]
+    out.append(f"n{k}")
+    pre = _step_expr(nodes[k][1], env, out)
+    if not isinstance(nodes[k][1], Bin):
+        out.append(str(pre))
+    return out + ["mod", str(pre), str(program.modulus)]
+
+
 def latent_domain(program: Program) -> list[tuple[int, ...]]:
     """Every joint latent value, in lexicographic order."""
     out: list[tuple[int, ...]] = [()]

@@ -95,7 +95,7 @@ class SetMatch:
 def sft(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: pathlib.Path):
     """Fit the base on counterfactual teacher traces of the training programs."""
     b = config.base
-    exs = data.examples(train_items, ("counterfactual",), tok, trace=True)
+    exs = data.examples(train_items, ("counterfactual",), tok, trace=True, trace_style=config.base.trace_style)
     exs = [e for e in exs if len(e[0]) + len(e[1]) <= b.seq_len + 1]
     rows = data.to_rows(exs, b.seq_len)
     opt_cfg = dataclasses.replace(b, steps=config.sft_steps, lr=config.sft_lr, warmup=max(1, config.sft_steps // 10))
@@ -111,7 +111,7 @@ def sft(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: path
 
 def grpo(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: pathlib.Path):
     """GRPO from the base on counterfactual questions of the training programs (exact-match set reward)."""
-    prompts = [tok.encode(data.prompt_words(it, "counterfactual")) for it in train_items]
+    prompts = [tok.encode(data.prompt_words(it, "counterfactual", config.base.trace_style)) for it in train_items]
     trainer = RLTrainer(config.rl_config(), graphdef, params, prompts=prompts, envs=[SetMatch()] * len(prompts),
                         env_prompts=[it.answer_cf for it in train_items], tokenizer=tok)
     history = trainer.train(workdir, progress_bar=False)
@@ -143,7 +143,8 @@ def base_model(config: CFTrainConfig, items, tok, workdir: pathlib.Path):
         graphdef, params = base_train.load_params(b.model, d / "params.npz", b.seed)
         rows = json.loads((d / "eval.json").read_text())["rows"]
         return graphdef, params, rows
-    graphdef, params, _ = base_train.train_model(b, items["if_else_train"], workdir / "base", tok)
+    graphdef, params, _ = base_train.train_model(b, base_train.base_training_items(b, items), workdir / "base",
+                                                 tok)
     base_train.save_params(params, workdir / "base" / "params.npz")
     rows = base_train.evaluate_model(b, graphdef, params, items, tok)["rows"]
     return graphdef, params, rows

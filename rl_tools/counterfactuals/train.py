@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -23,6 +24,7 @@ from core import train as train_lib
 from core.lm import losses
 from core.lm import model as model_lib
 from rl_tools.counterfactuals import baselines, data, generate, harness
+from rl_tools.counterfactuals import programs as P
 from rl_tools.counterfactuals.configs import CFConfig
 
 EVAL_SPLITS = ("if_else", "if_else_long", "while", "multi_r", "math")
@@ -30,9 +32,49 @@ TRAIN_VARIANTS = ("factual", "interventional")
 EVAL_VARIANTS = ("factual", "interventional", "counterfactual")
 
 
+EXEC_SEED_OFFSET = 1_000_003  # the execution-training draws of a family use their own random stream
+
+
 def make_splits(config: CFConfig):
+    """The evaluation splits, `if_else_train`, and `<family>_exec` for each of `config.exec_families`: items
+    of that family drawn from another seed's stream, keeping only programs absent from its evaluation split
+    (so no evaluated program is ever trained on, in any family)."""
+    levels = range(1, config.max_level + 1)
     sizes = {"if_else_train": config.n_train, **{s: config.n_eval for s in EVAL_SPLITS}}
-    return generate.generate_all(sizes, seed=config.seed, levels=range(1, config.max_level + 1))
+    items, stats = generate.generate_all(sizes, seed=config.seed, levels=levels)
+    for family in config.exec_families:
+        held_out = {P.canonical(it.program) for it in items[family]}
+        drawn, stats[f"{family}_exec"] = generate.generate_split(family, config.n_exec, levels=levels,
+                                                                 seed=config.seed + EXEC_SEED_OFFSET)
+        items[f"{family}_exec"] = [it for it in drawn if P.canonical(it.program) not in held_out]
+    return items, stats
+
+
+def base_training_items(config: CFConfig, items) -> list:
+    """What the base learns to execute: the if_else training programs and the `exec_families` draws."""
+    return list(items["if_else_train"]) + [it for f in config.exec_families for it in items[f"{f}_exec"]]
+
+
+FOURIER_PERIODS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 20, 25, 50, 100, 200, 400)
+
+
+def fourier_number_init(params, tok: data.CompactTokenizer, scale: float = 0.05):
+    """Number words' embedding rows start at cos / sin of 2 pi v / T for periods T (then trainable), the rest
+    of each row keeps its random init: addition becomes a rotation and comparisons a projection, which a small
+    model learns from far fewer examples than a table of random vectors (Fourier number embeddings, Zhou et
+    al. 2025, used here as an initialisation). Returns new params."""
+    table = np.array(params["embed_tokens"].get_value())
+    pairs = table.shape[1] // 2 - 2  # keep a few random dimensions in every row
+    periods = FOURIER_PERIODS[:pairs]
+    numbers = [(tok.ids[w], int(w)) for w in tok.words if w.lstrip("-").isdigit()]
+    rows = np.array([i for i, _ in numbers])
+    angle = 2 * np.pi * np.array([v for _, v in numbers], dtype=np.float64)[:, None] / np.array(periods)[None, :]
+    feats = np.stack([np.cos(angle), np.sin(angle)], axis=-1).reshape(len(numbers), 2 * len(periods))
+    table[rows, : feats.shape[1]] = scale * feats
+    params = jax.tree.map(lambda x: x, params)  # a new outer tree; the embedding leaf is replaced below
+    params["embed_tokens"].set_value(jnp.asarray(table, dtype=params["embed_tokens"].get_value().dtype))
+    return params
+
 
 
 def make_optimizer(config: CFConfig) -> optax.GradientTransformation:
@@ -43,10 +85,12 @@ def make_optimizer(config: CFConfig) -> optax.GradientTransformation:
 
 
 def train_model(config: CFConfig, train_items, workdir: pathlib.Path, tok: data.CompactTokenizer):
-    exs = data.examples(train_items, TRAIN_VARIANTS, tok, trace=config.trace)
+    exs = data.examples(train_items, TRAIN_VARIANTS, tok, trace=config.trace, trace_style=config.trace_style)
     exs = [e for e in exs if len(e[0]) + len(e[1]) <= config.seq_len + 1]  # the rare over-long example
     rows = data.to_rows(exs, config.seq_len)
     graphdef, params = model_lib.init(config.model, jax.random.key(config.seed))
+    if config.number_init == "fourier":
+        params = fourier_number_init(params, tok)
     tx = make_optimizer(config)
     state = train_lib.init_train_state(params, tx, jax.random.key(config.seed + 1))
     step = train_lib.make_train_step(losses.next_token_loss(graphdef), tx)
@@ -75,11 +119,12 @@ def load_params(model_config, path: pathlib.Path, seed: int = 0):
 
 def evaluate_model(config: CFConfig, graphdef, params, items, tok, *, max_new_tokens: int | None = None,
                    variants=EVAL_VARIANTS, splits=EVAL_SPLITS) -> dict[str, Any]:
-    adapter = harness.LMAdapter(graphdef, params, tok,
-                                max_new_tokens=max_new_tokens or (32 if config.trace else 10),
+    default_tokens = (32 if config.trace_style == "values" else 192) if config.trace else 10
+    adapter = harness.LMAdapter(graphdef, params, tok, max_new_tokens=max_new_tokens or default_tokens,
                                 batch_size=config.eval_batch, name="cf-small")
     evals = {s: items[s] for s in splits}
-    return harness.evaluate(evals, adapter, variants=variants, prompt=data.prompt_text, keep_predictions=True)
+    return harness.evaluate(evals, adapter, variants=variants, prompt=data.prompt_fn(config.trace_style),
+                            keep_predictions=True)
 
 
 def plot_results(rows, path: pathlib.Path) -> None:
@@ -113,13 +158,14 @@ def run(config: CFConfig, workdir: pathlib.Path | str) -> dict[str, Any]:
     tok = data.CompactTokenizer()
     items, stats = make_splits(config)
     t_gen = time.time() - t0
-    graphdef, params, history = train_model(config, items["if_else_train"], workdir, tok)
+    graphdef, params, history = train_model(config, base_training_items(config, items), workdir, tok)
     t_train = time.time() - t0 - t_gen
     save_params(params, workdir / "params.npz")
     result = evaluate_model(config, graphdef, params, items, tok)
     rows = result["rows"]
     chance = baselines.chance_rows({s: items[s] for s in EVAL_SPLITS}, EVAL_VARIANTS)
     leak = generate.leakage(items["if_else_train"], items["if_else"])
+    leak["exec"] = {f: generate.leakage(items[f"{f}_exec"], items[f]) for f in config.exec_families}
     (workdir / "eval.json").write_text(json.dumps({"rows": rows, "chance": chance, "leakage": leak,
                                                    "predictions": result["predictions"],
                                                    "stats": {k: v.as_dict() for k, v in stats.items()}},

@@ -60,6 +60,117 @@ def test_trace_examples_spell_out_execution():
         data.trace_words(it, "counterfactual")
 
 
+def test_step_trace_hand_case():
+    from rl_tools.counterfactuals import programs as P
+    # y = x * 3 + r; if y > 20: y = y - r  (else nothing); return y % 4, at x = 6, r = 4
+    prog = P.Program(latents=(("r", 1, 5),),
+                     body=(P.Assign(P.Bin("+", P.Bin("*", P.Var("y"), P.Const(3)), P.Var("r"))),
+                           P.If(P.Cmp(">", P.Var("y"), P.Const(20)),
+                                then=(P.Assign(P.Bin("-", P.Var("y"), P.Var("r"))),))),
+                     ret=P.Var("y"), modulus=4)
+    assert P.step_trace(prog, 6, (4,)) == ["*", "6", "3", "18", "+", "18", "4", "22", ";",
+                                           ">", "22", "20", "T", "-", "22", "4", "18", ";",
+                                           "18", "mod", "18", "4"]
+    assert P.step_trace(prog, 5, (1,))[4:] == ["+", "15", "1", "16", ";", ">", "16", "20", "F", "16", "mod",
+                                               "16", "4"]
+    assert P.run(prog, 6, (4,)) == 18 % 4
+
+
+def test_flow_rendering_hand_case():
+    from rl_tools.counterfactuals import programs as P
+    # for i in range(r1): if y <= r2: y = y + i  else: y = y - 1 ;  return y % 5
+    prog = P.Program(latents=(("r1", 1, 3), ("r2", 1, 3)),
+                     body=(P.For(P.Var("r1"), (P.If(P.Cmp("<=", P.Var("y"), P.Var("r2")),
+                                                    then=(P.Assign(P.Bin("+", P.Var("y"), P.Var("i"))),),
+                                                    orelse=(P.Assign(P.Bin("-", P.Var("y"), P.Const(1))),)),)),),
+                     ret=P.Var("y"), modulus=5)
+    assert " ".join(P.to_flow_tokens(prog)) == (
+        "r1 1 3 r2 1 3 | n0 i= 0 g1 n1 if < i r1 g2 g6 n2 if <= y r2 g3 g4 n3 y= + y i g5 n4 y= - y 1 g5 "
+        "n5 i= + i 1 g1 n6 ret y mod 5")
+    # x = 1, r1 = 2, r2 = 1: i = 0: 1 <= 1 -> y = 1; i = 1: 1 <= 1 -> y = 2; return 2
+    assert " ".join(P.flow_trace(prog, 1, (2, 1))) == (
+        "n0 0 n1 < 0 2 T n2 <= 1 1 T n3 + 1 0 1 n5 + 0 1 1 n1 < 1 2 T n2 <= 1 1 T n3 + 1 1 2 n5 + 1 1 2 "
+        "n1 < 2 2 F n6 2 mod 2 5")
+    assert P.run(prog, 1, (2, 1)) == 2
+    # a while loop returns to its test; an if without else falls through on its false edge
+    loop = P.Program(latents=(("r", 1, 3),), body=(P.While(P.Cmp("<", P.Var("y"), P.Const(9)),
+                                                           (P.Assign(P.Bin("+", P.Var("y"), P.Var("r"))),)),
+                                                   P.If(P.Cmp(">", P.Var("y"), P.Const(9)),
+                                                        then=(P.Assign(P.Const(0)),))),
+                     ret=P.Var("y"), modulus=4)
+    assert " ".join(P.to_flow_tokens(loop)) == ("r 1 3 | n0 if < y 9 g1 g2 n1 y= + y r g0 n2 if > y 9 g3 g4 "
+                                                "n3 y= 0 g4 n4 ret y mod 4")
+
+
+@pytest.mark.parametrize("split", ["if_else", "if_else_long", "while", "multi_r", "math"])
+def test_flow_trace_agrees_with_the_interpreter(split):
+    from rl_tools.counterfactuals import programs as P
+    tok = data.CompactTokenizer()
+    kept = 0
+    for it in generate.generate_split(split, 30, seed=3, levels=(1, 2, 3))[0]:
+        for x in (it.x0, it.x1):
+            words = P.flow_trace(it.program, x, it.r_true)
+            assert words[-3] == "mod" and int(words[-2]) % it.program.modulus == P.run(it.program, x, it.r_true)
+        exs = data.examples([it], ("interventional",), tok, trace=True, trace_style="flow")
+        if not exs:  # a trace value outside the vocabulary's numbers
+            continue
+        kept += 1
+        prompt, answer = exs[0]
+        assert tok.unk_id not in prompt and tok.decode(prompt).split()[:len(P.to_flow_tokens(it.program))] \
+            == P.to_flow_tokens(it.program)
+        assert tok.decode(answer).split()[-2:] == ["=>", str(it.answer_iv[0])]
+    assert kept >= 20
+
+
+@pytest.mark.parametrize("split", ["if_else", "if_else_long", "while", "multi_r", "math"])
+def test_step_trace_agrees_with_the_interpreter(split):
+    """After every `;` the step trace holds the interpreter's y; it ends with the return value and modulus."""
+    from rl_tools.counterfactuals import programs as P
+    for it in generate.generate_split(split, 30, seed=2, levels=(1, 2))[0]:
+        ys, pre, _ = P.run_trace(it.program, it.x1, it.r_true)
+        words = P.step_trace(it.program, it.x1, it.r_true)
+        assert [words[i - 1] for i, w in enumerate(words) if w == ";"] == [str(v) for v in ys]
+        assert words[-3:] == ["mod", str(pre), str(it.program.modulus)]
+        ex = data.trace_words(it, "interventional", "steps")
+        assert ex == words + ["=>"]
+
+
+def test_fourier_number_init():
+    config = EXPERIMENT.presets["tiny"]
+    tok = data.CompactTokenizer()
+    _, params = model_lib.init(config.model, jax.random.key(0))
+    before = np.array(params["embed_tokens"].get_value())
+    table = np.asarray(cf_train.fourier_number_init(params, tok, scale=0.5)["embed_tokens"].get_value())
+    assert np.array_equal(np.asarray(params["embed_tokens"].get_value()), before)  # input untouched
+    d = table.shape[1]  # 32 in the tiny model: 14 cos/sin pairs, 4 random dimensions left
+    assert np.allclose(table[tok.ids["7"], 0:2], [0.5 * np.cos(np.pi * 7), 0.0], atol=1e-6)  # period 2
+    assert np.allclose(table[tok.ids["7"], 2:4], 0.5 * np.array([np.cos(2 * np.pi * 7 / 3),
+                                                                 np.sin(2 * np.pi * 7 / 3)]), atol=1e-6)
+    assert np.array_equal(table[tok.ids["7"], 28:], before[tok.ids["7"], 28:]) and d == 32
+    assert np.array_equal(table[tok.ids["y"]], before[tok.ids["y"]])  # non-number words keep their init
+
+
+def test_exec_families_train_programs_disjoint_from_evaluation():
+    import dataclasses
+
+    from rl_tools.counterfactuals import programs as P
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], exec_families=("while", "math"), n_exec=40,
+                                 n_eval=40)
+    items, stats = cf_train.make_splits(config)
+    for family in ("while", "math"):
+        train_progs = {P.canonical(it.program) for it in items[f"{family}_exec"]}
+        assert train_progs and not train_progs & {P.canonical(it.program) for it in items[family]}
+        assert stats[f"{family}_exec"].items == 40
+    base = cf_train.base_training_items(config, items)
+    assert len(base) == len(items["if_else_train"]) + len(items["while_exec"]) + len(items["math_exec"])
+    with pytest.raises(ValueError, match="exec_families"):
+        dataclasses.replace(config, exec_families=("if_else",))
+    with pytest.raises(ValueError, match="trace_style"):
+        dataclasses.replace(config, trace_style="lines")
+    with pytest.raises(ValueError, match="number_init"):
+        dataclasses.replace(config, number_init="sinusoid")
+
+
 def test_sharded_step_equals_single_device():
     config = EXPERIMENT.presets["tiny"]
     tok = data.CompactTokenizer()
