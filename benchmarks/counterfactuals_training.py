@@ -196,6 +196,14 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--rl-lr", type=float, default=5e-4)
     p.add_argument("--eval-max-new-tokens", type=int, default=160)
+    p.add_argument("--rl-max-new-tokens", type=int, default=48)
+    p.add_argument("--sft-seq-len", type=int, default=0, help="SFT row length (0: --seq-len)")
+    p.add_argument("--trace-style", default="values", choices=("values", "steps", "flow"),
+                   help="the base's trace form (must match the base-root run); SFT's teacher traces execute "
+                        "every latent in this form")
+    p.add_argument("--number-init", default="random", choices=("random", "fourier"))
+    p.add_argument("--exec-families", nargs="*", default=[])
+    p.add_argument("--n-exec", type=int, default=2000)
     p.add_argument("--workdir", type=pathlib.Path, default=ROOT / "runs" / "bench_cf_training")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--claims-from-rows", action="store_true")
@@ -214,7 +222,8 @@ def main() -> None:
             base=gap_bench.bench_config(args, seed), arms=("sft", "rl"),
             base_dir=str(base_dir) if (base_dir / "params.npz").exists() else "", sft_steps=args.sft_steps,
             sft_lr=args.sft_lr, rl_steps=args.rl_steps, prompts_per_step=args.prompts_per_step,
-            group_size=args.group_size, rl_lr=args.rl_lr, eval_max_new_tokens=args.eval_max_new_tokens)
+            group_size=args.group_size, rl_lr=args.rl_lr, eval_max_new_tokens=args.eval_max_new_tokens,
+            rl_max_new_tokens=args.rl_max_new_tokens, sft_seq_len=args.sft_seq_len)
         wd = args.workdir / f"seed{seed}"
         if args.fresh and wd.exists():
             shutil.rmtree(wd)
@@ -225,13 +234,18 @@ def main() -> None:
         print(f"seed {seed} done after {time.perf_counter() - t0:.0f} s: {out['seconds']}", flush=True)
     claims = make_claims(rows)
     scale = {"description": (f"base: decoder L={args.layers}, d={args.width}, {args.steps} steps on factual + "
-                             f"interventional if_else items (from {args.base_root.name} where present); SFT "
+                             f"interventional if_else items"
+                             + (f" and on the execution of {', '.join(args.exec_families)}" if args.exec_families
+                                else "")
+                             + f", {args.trace_style} traces (from {args.base_root.name} where present); SFT "
                              f"{args.sft_steps} steps x 32 rows on teacher traces; GRPO {args.rl_steps} steps x "
                              f"{args.prompts_per_step} prompts x G={args.group_size}; {args.n_eval} items per "
                              f"split, level 1..{args.max_level}, seeds {args.seeds}; the paper: Qwen2.5-1.5B/3B/7B-"
                              "Instruct, SFT on R1-distill traces, GRPO 16 prompts x 24 rollouts"),
              **{k: getattr(args, k.replace("-", "_")) for k in ("steps", "sft_steps", "rl_steps", "group_size",
-                                                                "prompts_per_step", "n_eval", "seeds")}}
+                                                                "prompts_per_step", "n_eval", "seeds",
+                                                                "trace_style", "rl_max_new_tokens",
+                                                                "eval_max_new_tokens", "sft_seq_len")}}
     write_results("counterfactuals_training", rows=rows, claims=claims, wall_seconds=time.perf_counter() - t0,
                   scale=scale, seconds=seconds, config=dataclasses.asdict(cfg),
                   uptime={"before": uptime_before, "after": _uptime()})

@@ -137,7 +137,7 @@ def examples(items: Sequence[Item], variants: Sequence[str], tok: CompactTokeniz
             words = prompt_words(item, v, trace_style)
             ans = answer_words(item.answer(v))
             if trace:
-                steps = (teacher.trace_words(item) if v == "counterfactual"
+                steps = (teacher.trace_words(item, trace_style) if v == "counterfactual"
                          else trace_words(item, v, trace_style))
                 if any(w not in _WORD_SET for w in steps):
                     continue

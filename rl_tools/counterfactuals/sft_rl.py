@@ -52,6 +52,8 @@ class CFTrainConfig:
     sft_steps: int = 300  # SFT optimisation steps on teacher traces
     sft_lr: float = 1e-3  # SFT peak learning rate
     sft_batch: int = 32  # SFT packed rows per step
+    sft_seq_len: int = 0  # SFT row length (0: the base's seq_len); teacher traces that execute every latent
+    # (trace_style steps / flow) need longer rows
     rl_steps: int = 30  # GRPO updates
     prompts_per_step: int = 8  # prompts per GRPO update
     group_size: int = 8  # completions per prompt (G)
@@ -68,6 +70,7 @@ class CFTrainConfig:
         for name in ("sft_steps", "rl_steps", "prompts_per_step", "rl_max_new_tokens", "eval_max_new_tokens",
                      "sft_batch"):
             check(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+        check(self.sft_seq_len >= 0, "sft_seq_len", self.sft_seq_len, ">= 0 (0: the base's seq_len)")
         check(self.sft_lr > 0 and self.rl_lr > 0, "sft_lr / rl_lr", (self.sft_lr, self.rl_lr), "> 0")
 
     def rl_config(self) -> RLConfig:
@@ -96,8 +99,9 @@ def sft(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: path
     """Fit the base on counterfactual teacher traces of the training programs."""
     b = config.base
     exs = data.examples(train_items, ("counterfactual",), tok, trace=True, trace_style=config.base.trace_style)
-    exs = [e for e in exs if len(e[0]) + len(e[1]) <= b.seq_len + 1]
-    rows = data.to_rows(exs, b.seq_len)
+    seq_len = config.sft_seq_len or b.seq_len
+    exs = [e for e in exs if len(e[0]) + len(e[1]) <= seq_len + 1]
+    rows = data.to_rows(exs, seq_len)
     opt_cfg = dataclasses.replace(b, steps=config.sft_steps, lr=config.sft_lr, warmup=max(1, config.sft_steps // 10))
     tx = base_train.make_optimizer(opt_cfg)
     state = train_lib.init_train_state(params, tx, jax.random.key(b.seed + 7))

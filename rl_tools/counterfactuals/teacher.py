@@ -52,15 +52,22 @@ def trace_text(item: Item) -> str:
     return "\n".join(lines)
 
 
-def trace_words(item: Item) -> list[str]:
-    """The compact teacher trace up to and including `=>` (the answer words follow)."""
+def trace_words(item: Item, style: str = "values") -> list[str]:
+    """The compact teacher trace up to and including `=>` (the answer words follow). `style` "steps" or
+    "flow" (the small model's execution traces, `data.py`) writes each run's execution before its `-> y`:
+    `abduce r 1 <trace of f(x0; 1)> -> 4 r 2 <...> -> 3 ok ... predict r 2 <trace of f(x1; 2)> -> 1 ; =>`."""
+    run = {"values": None, "steps": P.step_trace, "flow": P.flow_trace}[style]
+
+    def execution(x, r) -> list[str]:
+        return [] if run is None else run(item.program, x, r)
+
     s = steps(item)
     out = ["abduce"]
     for r, y, ok in s["abduction"]:
-        out += ["r", *map(str, r), "->", str(y)] + (["ok"] if ok else [])
+        out += ["r", *map(str, r), *execution(item.x0, r), "->", str(y)] + (["ok"] if ok else [])
     out.append("predict")
     for r, y in s["prediction"]:
-        out += ["r", *map(str, r), "->", str(y), ";"]
+        out += ["r", *map(str, r), *execution(item.x1, r), "->", str(y), ";"]
     return out + ["=>"]
 
 

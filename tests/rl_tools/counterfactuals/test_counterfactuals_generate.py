@@ -193,6 +193,23 @@ def test_teacher_traces_reach_the_gold_set_on_every_split(splits):
             assert text.startswith("Abduction") and text.endswith("{" + ", ".join(map(str, it.answer_cf)) + "}")
             assert teacher.has_abduction(text) and teacher.has_abduction(" ".join(words))
     assert not teacher.has_abduction("12 36 => 0") and not teacher.has_abduction(None)
+    # the flow-style teacher writes each run's execution (programs.flow_trace) between `r v` and `-> y`
+    from rl_tools.counterfactuals import programs as P
+    it = items["if_else"][0]
+    flow, values = teacher.trace_words(it, "flow"), teacher.trace_words(it)
+    expected, k = [], 0
+    phase = it.x0
+    while k < len(values):
+        w = values[k]
+        expected.append(w)
+        if w == "predict":
+            phase = it.x1
+        if w == "r":
+            r = tuple(int(v) for v in values[k + 1:k + 1 + len(it.program.latents)])
+            expected += [str(v) for v in r] + P.flow_trace(it.program, phase, r)
+            k += len(r)
+        k += 1
+    assert flow == expected and len(flow) > len(values)
     tok = data.CompactTokenizer()
     ex = data.examples(items["if_else"][:5], ("counterfactual",), tok, trace=True)
     assert tok.decode(ex[0][1]).split()[0] == "abduce"
