@@ -7,8 +7,9 @@ Presets (commands and expected runtimes on 2 shared CPU cores):
 - `demo`: `iclr26 run counterfactuals --preset demo` (~40 s idle, more under load): a 2-layer d = 64 model,
   250 steps of batch 16 with execution traces on level-1 items; expect interventional EM above counterfactual
   EM on if_else.
-- `paper`: L = 4, d = 128, 3000 steps on levels 1-3 (hours on 2 CPU cores; the benchmark runs a scaled-down
-  version, see `benchmarks/counterfactuals.py`).
+- `paper`: L = 4, d = 128, 3000 steps on levels 1-3 with control-flow traces, Fourier number embeddings and
+  the execution of every code family (hours on 2 CPU cores; the benchmark runs a scaled-down version, see
+  `benchmarks/counterfactuals.py`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def presets() -> dict[str, CFConfig]:
     # order on if_else (0.25 vs 0.15 EM; 0.23 vs 0.17 at 32)
     demo = CFConfig(model=small, n_train=3000, n_eval=48, steps=250, batch_size=16, log_every=50, max_level=1,
                     trace=True)
-    return {"tiny": tiny, "demo": demo, "paper": CFConfig()}
+    paper = CFConfig(trace=True, trace_style="flow", number_init="fourier", exec_families=EXEC_FAMILIES,
+                     seq_len=256)
+    return {"tiny": tiny, "demo": demo, "paper": paper}
 
 
 def train_presets() -> dict[str, dict[str, object]]:
@@ -96,7 +99,8 @@ def train_presets() -> dict[str, dict[str, object]]:
                                   group_size=4, rl_max_new_tokens=8, eval_max_new_tokens=12),
             "demo": CFTrainConfig(base=demo_base, arms=(arm,), sft_steps=150, rl_steps=15, prompts_per_step=8,
                                   group_size=8, eval_max_new_tokens=96),
-            "paper": CFTrainConfig(base=dataclasses.replace(base["paper"], trace=True), arms=(arm,), sft_steps=2000,
-                                   rl_steps=200, prompts_per_step=16, group_size=24, eval_max_new_tokens=200),
+            "paper": CFTrainConfig(base=base["paper"], arms=(arm,), sft_steps=2000, sft_seq_len=512,
+                                   rl_steps=200, prompts_per_step=16, group_size=24, rl_max_new_tokens=256,
+                                   eval_max_new_tokens=1024),
         }
     return out
