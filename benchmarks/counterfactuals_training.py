@@ -1,8 +1,8 @@
 """Executable counterfactuals (paper 6): SFT versus RL from an execution-only base, in and out of distribution.
 
 Per seed, the base decoder of `benchmarks/counterfactuals.py` (trained on factual + interventional items of
-the if_else training programs; its params.npz and eval.json are reused from that benchmark's workdir, or
-trained here when absent), then from it (`rl_tools/counterfactuals/sft_rl.py`):
+the if_else training programs and on the other families' execution; its params.npz and eval.json are reused
+from that benchmark's workdir, or trained here when absent), then from it (`rl_tools/counterfactuals/sft_rl.py`):
 SFT on the enumerating teacher's counterfactual traces of the if_else training programs, and GRPO on their
 counterfactual questions with an exact-match set reward (G completions per prompt). Counterfactual exact
 match on the unseen in-distribution programs (if_else) and on the OOD splits (if_else_long, while, multi_r,
@@ -10,7 +10,10 @@ math), beside the best chance guess on the same items, and the share of outputs 
 step.
 
     nice -n 10 .venv/bin/python benchmarks/counterfactuals_training.py --seeds 0 1 2 \\
-        --base-root runs/bench_counterfactuals --sft-steps 150 --rl-steps 12 --workdir runs/bench_cf_training
+        --base-root runs/bench_counterfactuals --steps 2000 --n-train 8000 --n-eval 150 --max-level 1 \\
+        --seq-len 224 --trace-style flow --number-init fourier --exec-families if_else_long while multi_r math \\
+        --sft-steps 800 --sft-seq-len 352 --rl-steps 40 --rl-max-new-tokens 128 --eval-max-new-tokens 448 \\
+        --workdir runs/bench_cf_training --fresh
 
     .venv/bin/python benchmarks/counterfactuals_training.py --claims-from-rows   # recompute the claims
 

@@ -31,6 +31,10 @@ def test_presets_and_experiments():
         sft_rl.CFTrainConfig(arms=("dpo",))
     with pytest.raises(ValueError, match="group_size"):
         sft_rl.CFTrainConfig(group_size=1)
+    with pytest.raises(ValueError, match="sft_seq_len"):
+        sft_rl.CFTrainConfig(sft_seq_len=-1)
+    paper = presets["sft"]["paper"]
+    assert paper.base.trace_style == "flow" and paper.sft_seq_len > paper.base.seq_len
 
 
 def test_tiny_base_sft_and_grpo_then_reload_the_base(tmp_path):

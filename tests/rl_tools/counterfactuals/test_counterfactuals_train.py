@@ -34,6 +34,19 @@ def test_tiny_run_writes_metrics_and_plots(tmp_path):
     assert {r["n"] for r in rows} == {config.n_eval}
 
 
+def test_tiny_flow_run_with_exec_families(tmp_path):
+    import dataclasses
+    config = dataclasses.replace(EXPERIMENT.presets["tiny"], trace=True, trace_style="flow", number_init="fourier",
+                                 exec_families=("while",), n_exec=30, n_eval=8, seq_len=224)
+    metrics = EXPERIMENT.run(config, tmp_path)
+    assert np.isfinite(metrics["final_loss"]) and 0.0 <= metrics["while/interventional_em"] <= 1.0
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["leakage"]["exec"]["while"]["program_overlap"] == 0.0
+    item = generate.generate_split("while", 1, seed=0)[0][0]
+    words = data.prompt_fn("flow")(item, "interventional").split()
+    assert words[words.index("|") + 1] == "n0" and "{" not in words  # the graph, not the statement tree
+
+
 def test_training_rows_mask_only_answers():
     tok = data.CompactTokenizer()
     items = generate.generate_split("if_else_train", 5, seed=0)[0]
