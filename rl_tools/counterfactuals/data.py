@@ -14,9 +14,9 @@ operation as `op a b result` and every test as `cmp a b T|F`, e.g. `* 6 3 18 + 1
 word the model writes is one lookup on the three words before it. With `trace_style="flow"` the prompt shows the
 program as a labelled control-flow graph (`programs.to_flow_tokens`: `n3 y= * y r g6` ...) and the trace
 names each node it executes (`n3 * 6 5 30 n6 ...`), so finding the next statement is a lookup of its label
-rather than a walk through nested braces. Counterfactual answers (SFT) with `trace=True`
-follow the enumerating teacher
-(`teacher.trace_words`: abduction over every latent, then prediction under the consistent ones). The
+rather than a walk through nested braces. Counterfactual answers (SFT) with `trace=True` follow the enumerating
+teacher (`teacher.trace_words`: abduction over every latent, then prediction under the consistent ones; in the
+steps and flow styles each of those runs is written out as its execution trace). The
 word-level vocabulary is fixed (numbers -99..199 are single tokens), so the tokenizer needs no
 training and a prompt string maps to the same ids everywhere (model, server, tests).
 """

@@ -56,7 +56,10 @@ def trace_words(item: Item, style: str = "values") -> list[str]:
     """The compact teacher trace up to and including `=>` (the answer words follow). `style` "steps" or
     "flow" (the small model's execution traces, `data.py`) writes each run's execution before its `-> y`:
     `abduce r 1 <trace of f(x0; 1)> -> 4 r 2 <...> -> 3 ok ... predict r 2 <trace of f(x1; 2)> -> 1 ; =>`."""
-    run = {"values": None, "steps": P.step_trace, "flow": P.flow_trace}[style]
+    runs = {"values": None, "steps": P.step_trace, "flow": P.flow_trace}
+    if style not in runs:
+        raise ValueError(f"trace style={style!r}: expected one of {tuple(runs)}")
+    run = runs[style]
 
     def execution(x, r) -> list[str]:
         return [] if run is None else run(item.program, x, r)

@@ -194,7 +194,6 @@ def test_teacher_traces_reach_the_gold_set_on_every_split(splits):
             assert teacher.has_abduction(text) and teacher.has_abduction(" ".join(words))
     assert not teacher.has_abduction("12 36 => 0") and not teacher.has_abduction(None)
     # the flow-style teacher writes each run's execution (programs.flow_trace) between `r v` and `-> y`
-    from rl_tools.counterfactuals import programs as P
     it = items["if_else"][0]
     flow, values = teacher.trace_words(it, "flow"), teacher.trace_words(it)
     expected, k = [], 0
@@ -210,6 +209,8 @@ def test_teacher_traces_reach_the_gold_set_on_every_split(splits):
             k += len(r)
         k += 1
     assert flow == expected and len(flow) > len(values)
+    with pytest.raises(ValueError, match="trace style"):
+        teacher.trace_words(it, "lines")
     tok = data.CompactTokenizer()
     ex = data.examples(items["if_else"][:5], ("counterfactual",), tok, trace=True)
     assert tok.decode(ex[0][1]).split()[0] == "abduce"
