@@ -164,24 +164,26 @@ def _exec(block: tuple, env: dict, budget: list) -> None:
             raise TypeError(f"statement {s!r}: expected Assign, If, While or For")
 
 
-def run(program: Program, x: int, latents: tuple[int, ...]) -> int:
-    """f(x) with the latents fixed to `latents` (one value per latent, in draw order)."""
+def _bind(program: Program, x: int, latents: tuple[int, ...]) -> dict:
+    """The starting environment: x, y = x and the latents by name (checked against the program's)."""
     if len(latents) != len(program.latents):
         raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
                          f"for {program.latent_names}")
     env = {"x": int(x), "y": int(x)}
     env.update(zip(program.latent_names, (int(v) for v in latents)))
+    return env
+
+
+def run(program: Program, x: int, latents: tuple[int, ...]) -> int:
+    """f(x) with the latents fixed to `latents` (one value per latent, in draw order)."""
+    env = _bind(program, x, latents)
     _exec(program.body, env, [MAX_LOOP_STEPS])
     return _eval(program.ret, env) % program.modulus
 
 
 def run_trace(program: Program, x: int, latents: tuple[int, ...]) -> tuple[list[int], int, int]:
     """(y after every executed assignment, the return expression before `% m`, the result)."""
-    if len(latents) != len(program.latents):
-        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
-                         f"for {program.latent_names}")
-    env = {"x": int(x), "y": int(x), "trace": []}
-    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    env = {**_bind(program, x, latents), "trace": []}
     _exec(program.body, env, [MAX_LOOP_STEPS])
     pre = _eval(program.ret, env)
     return env["trace"], pre, pre % program.modulus
@@ -250,11 +252,7 @@ def step_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
     plain copy `y= x` writes its value first), `i k` at the start of each for-loop iteration, then the return
     expression's operations and `mod value m`. Each result depends only on the three words before it, so a
     small model learns execution as local steps (the answer `value % m` follows)."""
-    if len(latents) != len(program.latents):
-        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
-                         f"for {program.latent_names}")
-    env = {"x": int(x), "y": int(x)}
-    env.update(zip(program.latent_names, (int(v) for v in latents)))
+    env = _bind(program, x, latents)
     out: list[str] = []
     _step_block(program.body, env, out, [MAX_LOOP_STEPS])
     pre = _step_expr(program.ret, env, out)
@@ -365,12 +363,8 @@ def flow_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
     """Execution of the control-flow graph, one node at a time: its label, every binary operation as
     `op a b result`, an assignment's new value (a plain copy writes it; otherwise the last result is it),
     a test's `cmp a b T|F`; ends with the return's operations and `mod value m`."""
-    if len(latents) != len(program.latents):
-        raise ValueError(f"latents={latents}: expected {len(program.latents)} values "
-                         f"for {program.latent_names}")
+    env = _bind(program, x, latents)
     nodes = flow_nodes(program)
-    env = {"x": int(x), "y": int(x)}
-    env.update(zip(program.latent_names, (int(v) for v in latents)))
     out: list[str] = []
     k, budget = 0, 4 * MAX_LOOP_STEPS + len(nodes)
     while nodes[k][0] != "ret":

@@ -87,6 +87,9 @@ def test_step_trace_hand_case():
     assert P.step_trace(prog, 5, (1,))[4:] == ["+", "15", "1", "16", ";", ">", "16", "20", "F", "16", "mod",
                                                "16", "4"]
     assert P.run(prog, 6, (4,)) == 18 % 4
+    for fn in (P.run, P.run_trace, P.step_trace, P.flow_trace):
+        with pytest.raises(ValueError, match="expected 1 values"):
+            fn(prog, 6, (4, 1))
 
 
 def test_flow_rendering_hand_case():
