@@ -127,37 +127,48 @@ def _test(c: Cmp, env: dict) -> bool:
     return CMPS[c.op](_eval(c.left, env), _eval(c.right, env))
 
 
-def _exec(block: tuple, env: dict, budget: list) -> None:
+def _exec(block: tuple, env: dict, budget: list, out: list[str] | None = None) -> None:
+    """Run `block` on `env`; with `out`, also write the step trace (`step_trace`'s words) into it."""
+    def value(e: Expr) -> int:
+        return _eval(e, env) if out is None else _step_expr(e, env, out)
+
+    def holds(c: Cmp) -> bool:
+        return _test(c, env) if out is None else _step_test(c, env, out)
+
     for s in block:
         if isinstance(s, Assign):
-            env["y"] = _eval(s.expr, env)
+            env["y"] = value(s.expr)
             if "trace" in env:
                 env["trace"].append(env["y"])
+            if out is not None:
+                out += ([] if isinstance(s.expr, Bin) else [str(env["y"])]) + [";"]
         elif isinstance(s, If):
-            if _test(s.cond, env):
-                _exec(s.then, env, budget)
+            if holds(s.cond):
+                _exec(s.then, env, budget, out)
             else:
                 for cond, blk in s.elifs:
-                    if _test(cond, env):
-                        _exec(blk, env, budget)
+                    if holds(cond):
+                        _exec(blk, env, budget, out)
                         break
                 else:
-                    _exec(s.orelse, env, budget)
+                    _exec(s.orelse, env, budget, out)
         elif isinstance(s, While):
-            while _test(s.cond, env):
+            while holds(s.cond):
                 budget[0] -= 1
                 if budget[0] < 0:
                     raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
-                _exec(s.body, env, budget)
+                _exec(s.body, env, budget, out)
         elif isinstance(s, For):
-            n = _eval(s.count, env)
+            n = value(s.count)
             saved = env.get("i")
             for i in range(n):
                 budget[0] -= 1
                 if budget[0] < 0:
                     raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
                 env["i"] = i
-                _exec(s.body, env, budget)
+                if out is not None:
+                    out += ["i", str(i)]
+                _exec(s.body, env, budget, out)
             if saved is not None:
                 env["i"] = saved
         else:  # pragma: no cover - closed set of node types
@@ -207,45 +218,6 @@ def _step_test(c: Cmp, env: dict, out: list[str]) -> bool:
     return t
 
 
-def _step_block(block: tuple, env: dict, out: list[str], budget: list) -> None:
-    for s in block:
-        if isinstance(s, Assign):
-            env["y"] = _step_expr(s.expr, env, out)
-            if not isinstance(s.expr, Bin):
-                out.append(str(env["y"]))
-            out.append(";")
-        elif isinstance(s, If):
-            if _step_test(s.cond, env, out):
-                _step_block(s.then, env, out, budget)
-            else:
-                for cond, blk in s.elifs:
-                    if _step_test(cond, env, out):
-                        _step_block(blk, env, out, budget)
-                        break
-                else:
-                    _step_block(s.orelse, env, out, budget)
-        elif isinstance(s, While):
-            while _step_test(s.cond, env, out):
-                budget[0] -= 1
-                if budget[0] < 0:
-                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
-                _step_block(s.body, env, out, budget)
-        elif isinstance(s, For):
-            n = _step_expr(s.count, env, out)
-            saved = env.get("i")
-            for i in range(n):
-                budget[0] -= 1
-                if budget[0] < 0:
-                    raise LoopLimitError(f"loop ran past {MAX_LOOP_STEPS} iterations")
-                env["i"] = i
-                out += ["i", str(i)]
-                _step_block(s.body, env, out, budget)
-            if saved is not None:
-                env["i"] = saved
-        else:  # pragma: no cover - closed set of node types
-            raise TypeError(f"statement {s!r}: expected Assign, If, While or For")
-
-
 def step_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
     """Execution one operation at a time, in the compact words: every binary operation as `op a b result`
     (operands evaluated first, left to right), every test as `cmp a b T|F`, `;` after each assignment (a
@@ -254,7 +226,7 @@ def step_trace(program: Program, x: int, latents: tuple[int, ...]) -> list[str]:
     small model learns execution as local steps (the answer `value % m` follows)."""
     env = _bind(program, x, latents)
     out: list[str] = []
-    _step_block(program.body, env, out, [MAX_LOOP_STEPS])
+    _exec(program.body, env, [MAX_LOOP_STEPS], out)
     pre = _step_expr(program.ret, env, out)
     if not isinstance(program.ret, Bin):
         out.append(str(pre))
