@@ -114,6 +114,11 @@ def load_params(model_config, path: pathlib.Path, seed: int = 0):
         leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
     if len(leaves) != treedef.num_leaves:
         raise ValueError(f"{path}: {len(leaves)} arrays, expected {treedef.num_leaves} for this model config")
+    for i, (got, want) in enumerate(zip(leaves, jax.tree.leaves(params))):
+        if got.shape != want.shape:  # e.g. a base trained at another width
+            raise ValueError(f"{path}: array {i} has shape {got.shape}, expected {want.shape} for this model "
+                             f"config (hidden_size={model_config.hidden_size}, "
+                             f"num_layers={model_config.num_layers})")
     return graphdef, jax.tree.unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
 
 

@@ -166,6 +166,18 @@ def test_fourier_number_init():
     assert np.array_equal(table[tok.ids["y"]], before[tok.ids["y"]])  # non-number words keep their init
 
 
+def test_saved_params_reload_and_a_wrong_width_is_one_line(tmp_path):
+    import dataclasses
+    config = EXPERIMENT.presets["tiny"]
+    _, params = model_lib.init(config.model, jax.random.key(3))
+    cf_train.save_params(params, tmp_path / "params.npz")
+    _, loaded = cf_train.load_params(config.model, tmp_path / "params.npz")
+    assert_trees_close(jax.tree.leaves(loaded), jax.tree.leaves(params), exact=True)
+    wider = dataclasses.replace(config.model, hidden_size=2 * config.model.hidden_size)
+    with pytest.raises(ValueError, match=r"array 0 has shape \(409, 32\), expected \(409, 64\).*hidden_size=64"):
+        cf_train.load_params(wider, tmp_path / "params.npz")
+
+
 def test_exec_families_train_programs_disjoint_from_evaluation():
     import dataclasses
 
