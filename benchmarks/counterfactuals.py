@@ -2,7 +2,7 @@
 gap of a small decoder trained here on forward execution + interventional items (r revealed), over seeds.
 
     nice -n 10 .venv/bin/python benchmarks/counterfactuals.py --steps 2000 --n-train 8000 --n-eval 150 \
-        --max-level 1 --trace --trace-style flow --number-init fourier --seq-len 224 \
+        --max-level 1 --trace --trace-style flow --number-init fourier --seq-len 224 --width 128 --layers 4 \
         --exec-families if_else_long while multi_r math --seeds 0 1 2 --workdir runs/bench_counterfactuals --fresh
 
 Writes benchmarks/results/counterfactuals.json (per seed and split: EM / F1 of the factual, interventional and
