@@ -11,11 +11,15 @@ step.
 
     nice -n 10 .venv/bin/python benchmarks/counterfactuals_training.py --seeds 0 1 2 \\
         --base-root runs/bench_counterfactuals --steps 2000 --n-train 8000 --n-eval 150 --max-level 1 \\
-        --seq-len 224 --trace-style flow --number-init fourier --exec-families if_else_long while multi_r math \\
-        --sft-steps 800 --sft-seq-len 352 --rl-steps 40 --rl-max-new-tokens 128 --eval-max-new-tokens 448 \\
+        --seq-len 224 --width 128 --layers 4 --trace-style flow --number-init fourier \\
+        --exec-families if_else_long while multi_r math --sft-steps 800 --sft-seq-len 352 --rl-steps 40 \\
+        --rl-max-new-tokens 128 --eval-max-new-tokens 448 \\
         --workdir runs/bench_cf_training --fresh
 
     .venv/bin/python benchmarks/counterfactuals_training.py --claims-from-rows   # recompute the claims
+
+`--reuse` (in place of `--fresh`) keeps a seed whose folder was finished by the same configuration, so seeds
+can be run one session at a time.
 
 Writes benchmarks/results/counterfactuals_training.json. The issue's four claims, paired over seeds:
 the base's drop beyond chance on every split; SFT raises in-distribution CF EM and lowers at least one OOD
@@ -177,6 +181,14 @@ def print_claims(claims) -> None:
               + c["evidence"][:600])
 
 
+def _finished_with(wd: pathlib.Path, cfg) -> bool:
+    """Whether `wd` holds a finished seed of exactly this configuration (a seed of another base is rerun)."""
+    saved = wd / "bench_config.json"
+    if not (wd / "compare.json").exists() or not saved.exists():
+        return False
+    return json.loads(saved.read_text()) == json.loads(json.dumps(dataclasses.asdict(cfg), sort_keys=True))
+
+
 def main() -> None:
     import counterfactuals as gap_bench
 
@@ -209,6 +221,8 @@ def main() -> None:
     p.add_argument("--n-exec", type=int, default=2000)
     p.add_argument("--workdir", type=pathlib.Path, default=ROOT / "runs" / "bench_cf_training")
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--reuse", action="store_true",
+                   help="take a seed whose compare.json was written by this same configuration instead of rerunning it")
     p.add_argument("--claims-from-rows", action="store_true")
     args = p.parse_args()
     if args.claims_from_rows:
@@ -230,7 +244,9 @@ def main() -> None:
         wd = args.workdir / f"seed{seed}"
         if args.fresh and wd.exists():
             shutil.rmtree(wd)
-        sft_rl.run(cfg, wd)
+        if not (args.reuse and _finished_with(wd, cfg)):
+            sft_rl.run(cfg, wd)
+            (wd / "bench_config.json").write_text(json.dumps(dataclasses.asdict(cfg), sort_keys=True) + "\n")
         out = json.loads((wd / "compare.json").read_text())
         rows += seed_rows(seed, out)
         seconds[seed] = out["seconds"]
