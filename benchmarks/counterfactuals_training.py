@@ -69,6 +69,9 @@ def seed_rows(seed: int, out: dict) -> list[dict]:
                 row["iv_chance_em"] = out["iv_chance"][s]["best_em"]
             else:
                 row["abduction_share"] = m["abduction_share"]
+                if "abduction_right" in m:  # seeds run before it was recorded lack it
+                    row["abduction_right"] = m["abduction_right"]
+                    row["em_when_abduction_right"] = m["em_when_abduction_right"]
             rows.append(row)
     return rows
 

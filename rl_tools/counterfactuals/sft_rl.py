@@ -10,8 +10,10 @@ if_else training programs, never a counterfactual item):
   an exact-match reward that accepts every rendering of the right answer set (`verify.parse_answer`: any
   order, duplicates, braces or none), G completions per prompt;
 - **evaluation**: counterfactual exact match on the in-distribution test programs (if_else) and the OOD
-  splits (if_else_long, while, multi_r, math), with the chance baselines (`baselines.py`), and the share of
-  outputs that contain an explicit abduction step (`teacher.has_abduction`).
+  splits (if_else_long, while, multi_r, math), with the chance baselines (`baselines.py`), the share of
+  outputs that contain an explicit abduction step (`teacher.has_abduction`), the share whose abduction marks
+  exactly the consistent latents (`abduction_right`), and EM among those (the prediction after a right
+  abduction).
 
 Presets: `iclr26 run cf_sft --preset demo` and `iclr26 run cf_rl --preset demo` (each under 10 min on 2 CPU
 cores); `paper` (a larger decoder and budget; see `configs.py`'s note on the Qwen2.5-1.5B-Instruct setting).
@@ -126,14 +128,26 @@ def evaluate_cf(config: CFTrainConfig, graphdef, params, items, tok) -> dict[str
     """Counterfactual EM / F1 per split, the abduction-step share, and per-item outcomes."""
     res = base_train.evaluate_model(config.base, graphdef, params, items, tok,
                                     max_new_tokens=config.eval_max_new_tokens, variants=("counterfactual",))
+    by_id = {(s, it.id): it for s, its in items.items() for it in its}
     per_split: dict[str, Any] = {}
     for r in res["rows"]:
         preds = [p for p in res["predictions"] if p["split"] == r["split"]]
+        # abduction right: the latents marked `ok` are exactly the consistent set (teacher.abduced_latents)
+        right = [abduction_right(by_id[(p["split"], p["item_id"])], p["completion"]) for p in preds]
+        em_right = [p["parsed"] == p["answer"] for p, ok in zip(preds, right) if ok]
         per_split[r["split"]] = {"em": r["em"], "f1": r["f1"], "unparsed": r["unparsed"],
                                  "abduction_share": float(np.mean([teacher.has_abduction(p["completion"])
                                                                    for p in preds])),
+                                 "abduction_right": float(np.mean(right)) if right else 0.0,
+                                 "em_when_abduction_right": float(np.mean(em_right)) if em_right else None,
                                  "example": preds[0]["completion"] if preds else None}
     return per_split
+
+
+def abduction_right(item, completion: str | None) -> bool:
+    """Whether an output's abduction step marks exactly the latents consistent with the observation."""
+    got = teacher.abduced_latents(completion, len(item.program.latent_names))
+    return got is not None and got == frozenset(tuple(r) for r in item.consistent)
 
 
 def base_model(config: CFTrainConfig, items, tok, workdir: pathlib.Path):
@@ -200,4 +214,5 @@ def run(config: CFTrainConfig, workdir: pathlib.Path | str) -> dict[str, Any]:
     return metrics
 
 
-__all__ = ["CFTrainConfig", "SetMatch", "sft", "grpo", "evaluate_cf", "run", "OOD_CODE", "EVAL_SPLITS"]
+__all__ = ["CFTrainConfig", "SetMatch", "sft", "grpo", "evaluate_cf", "abduction_right", "run", "OOD_CODE",
+           "EVAL_SPLITS"]

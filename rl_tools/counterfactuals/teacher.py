@@ -74,6 +74,35 @@ def trace_words(item: Item, style: str = "values") -> list[str]:
     return out + ["=>"]
 
 
+def abduced_latents(text: str | None, n_latents: int) -> frozenset[tuple[int, ...]] | None:
+    """The latents a compact trace marks `ok` in its abduction step (`abduce r v.. <run> -> y ok r ..`, up to
+    `predict` or `=>`), or None when the text has no `abduce` step or a run header is not `r` and
+    `n_latents` integers. Compared with `steps(item)["consistent"]`, it separates a wrong abduction (planning or
+    its execution) from a wrong prediction after a right one."""
+    words = (text or "").split()
+    if "abduce" not in words:
+        return None
+    seg = words[words.index("abduce") + 1:]
+    for stop in ("predict", "=>"):
+        if stop in seg:
+            seg = seg[:seg.index(stop)]
+    starts = [i for i, w in enumerate(seg) if w == "r"]
+    if not starts or starts[0] != 0:
+        return None
+    consistent = set()
+    for a, b in zip(starts, starts[1:] + [len(seg)]):
+        run = seg[a + 1:b]
+        try:
+            latent = tuple(int(w) for w in run[:n_latents])
+        except ValueError:
+            return None
+        if len(latent) != n_latents:
+            return None
+        if run and run[-1] == "ok":
+            consistent.add(latent)
+    return frozenset(consistent)
+
+
 _ENGLISH = re.compile(r"(abduct|consistent with|values? of [a-z0-9, ]+ (?:that|which) (?:fit|match|give|produce))",
                       re.IGNORECASE)
 
@@ -85,4 +114,4 @@ def has_abduction(text: str | None) -> bool:
     return "abduce" in text.split() or bool(_ENGLISH.search(text))
 
 
-__all__ = ["steps", "trace_text", "trace_words", "has_abduction"]
+__all__ = ["steps", "trace_text", "trace_words", "has_abduction", "abduced_latents"]

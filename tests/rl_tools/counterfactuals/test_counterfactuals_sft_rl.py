@@ -19,6 +19,23 @@ def test_set_match_reward_accepts_every_rendering_of_the_gold_set():
         assert env.step(state, text)[2] == 0.0, text
 
 
+def test_abduced_latents_and_abduction_right_on_hand_written_traces():
+    from rl_tools.counterfactuals import generate, teacher
+    parse = teacher.abduced_latents
+    assert parse("abduce r 1 -> 4 r 2 -> 3 ok r 3 -> 3 ok predict r 2 -> 1 ; => 1", 1) == {(2,), (3,)}
+    assert parse("abduce r 1 n0 + 2 1 3 -> 3 ok r 2 n0 + 2 2 4 -> 4 => 0", 1) == {(1,)}  # runs in flow form
+    assert parse("abduce r 1 2 -> 4 ok r 1 3 -> 5 predict", 2) == {(1, 2)}  # two latents per header
+    assert parse("abduce r 1 -> 4 r 2 -> 5 predict ; => 1", 1) == frozenset()  # nothing marked
+    for bad in ("12 36 => 0", None, "abduce 1 -> 4 ok", "abduce r x -> 4 ok", "abduce r 1 -> 4 r ok"):
+        assert parse(bad, 1) is None, bad
+    items, _ = generate.generate_all({"if_else_train": 1, "if_else": 5}, seed=0, levels=range(1, 2))
+    for it in items["if_else"]:
+        gold = " ".join(teacher.trace_words(it, "flow"))
+        assert sft_rl.abduction_right(it, gold)
+        assert not sft_rl.abduction_right(it, gold.replace(" ok", ""))  # every item has a consistent latent
+        assert not sft_rl.abduction_right(it, "=> " + " ".join(map(str, it.answer_cf)))  # right answer, no abduction
+
+
 def test_presets_and_experiments():
     names = [e.name for e in EXPERIMENT]
     assert names == ["counterfactuals", "cf_sft", "cf_rl"]
@@ -46,6 +63,7 @@ def test_tiny_base_sft_and_grpo_then_reload_the_base(tmp_path):
         for split in sft_rl.EVAL_SPLITS:
             m = out["models"][name][split]
             assert 0.0 <= m["em"] <= 1.0 and 0.0 <= m["abduction_share"] <= 1.0
+            assert 0.0 <= m["abduction_right"] <= m["abduction_share"]
     assert all(0 < out["chance"][s]["best_em"] < 1 for s in sft_rl.EVAL_SPLITS)
     assert len(out["rl_reward"]) == config.rl_steps
     assert 0.0 <= metrics["sft/if_else/cf_em"] <= 1.0
