@@ -18,8 +18,8 @@ step.
 
     .venv/bin/python benchmarks/counterfactuals_training.py --claims-from-rows   # recompute the claims
 
-`--reuse` (in place of `--fresh`) keeps a seed whose folder was finished by the same configuration, so seeds
-can be run one session at a time.
+`--reuse` (in place of `--fresh`) keeps a seed whose folder was finished by the same configuration and the same
+committed rl_tools/counterfactuals tree, so seeds can be run one session at a time.
 
 Writes benchmarks/results/counterfactuals_training.json. The issue's four claims, paired over seeds:
 the base's drop beyond chance on every split; SFT raises in-distribution CF EM and lowers at least one OOD
@@ -184,12 +184,27 @@ def print_claims(claims) -> None:
               + c["evidence"][:600])
 
 
+def _method_version() -> str:
+    """The git tree of rl_tools/counterfactuals at HEAD, or "dirty" when it has uncommitted changes (a seed
+    run on a changed teacher or trainer is then never reused)."""
+    def git(*a):
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    if git("status", "--porcelain", "rl_tools/counterfactuals"):
+        return "dirty"
+    return git("rev-parse", "HEAD:rl_tools/counterfactuals") or "unknown"
+
+
+def _bench_config(cfg) -> dict:
+    return json.loads(json.dumps({"config": dataclasses.asdict(cfg), "method": _method_version()}, sort_keys=True))
+
+
 def _finished_with(wd: pathlib.Path, cfg) -> bool:
-    """Whether `wd` holds a finished seed of exactly this configuration (a seed of another base is rerun)."""
+    """Whether `wd` holds a finished seed of exactly this configuration and method code (else it is rerun)."""
     saved = wd / "bench_config.json"
     if not (wd / "compare.json").exists() or not saved.exists():
         return False
-    return json.loads(saved.read_text()) == json.loads(json.dumps(dataclasses.asdict(cfg), sort_keys=True))
+    now = _bench_config(cfg)
+    return now["method"] not in ("dirty", "unknown") and json.loads(saved.read_text()) == now
 
 
 def main() -> None:
@@ -249,7 +264,7 @@ def main() -> None:
             shutil.rmtree(wd)
         if not (args.reuse and _finished_with(wd, cfg)):
             sft_rl.run(cfg, wd)
-            (wd / "bench_config.json").write_text(json.dumps(dataclasses.asdict(cfg), sort_keys=True) + "\n")
+            (wd / "bench_config.json").write_text(json.dumps(_bench_config(cfg), sort_keys=True) + "\n")
         out = json.loads((wd / "compare.json").read_text())
         rows += seed_rows(seed, out)
         seconds[seed] = out["seconds"]

@@ -5,9 +5,14 @@ Two renderings of the same steps:
 
 - `trace_text(item)`: English, for SFT of a chat model (the `paper` preset) or as a reference solution in
   the export;
-- `trace_words(item)`: the compact token language of the small model (`data.py`):
-  `abduce r 1 -> 4 r 2 -> 3 ok r 3 -> 0 ... predict r 2 -> 1 ; =>` followed by the answer words. Each latent
-  tuple is listed with f(x0; r); consistent ones are marked `ok`; `predict` lists f(x1; r) for those.
+- `trace_words(item)`: the compact token language of the small model (`data.py`), for an observation
+  f(8) = 3 and the question at x = 5:
+  `abduce r 1 -> 4 == 4 3 F r 2 -> 3 == 3 3 T ok r 3 -> 0 == 0 3 F ... predict x 5 r 2 -> 1 ; =>` followed by
+  the answer words. Each latent tuple is listed with f(x0; r) and its comparison with y0, written as a test
+  the base already executes (`== a b T/F`), consistent ones marked `ok`; `predict x x1` states the
+  intervention, then lists f(x1; r) for the consistent latents. Without the comparison the model must
+  match y against y0 far back in the prompt: a 4-layer base SFT'd on traces without it wrote every run right
+  and the `ok` marks wrong (117 of 150 first errors, seed 0), and read x0 for x1 after `predict`.
 
 `has_abduction(text)` is the trace-analysis probe: does an output contain an explicit abduction step (the
 `abduce` marker in the compact language; in English, a statement of which latent values fit the
@@ -55,7 +60,8 @@ def trace_text(item: Item) -> str:
 def trace_words(item: Item, style: str = "values") -> list[str]:
     """The compact teacher trace up to and including `=>` (the answer words follow). `style` "steps" or
     "flow" (the small model's execution traces, `data.py`) writes each run's execution before its `-> y`:
-    `abduce r 1 <trace of f(x0; 1)> -> 4 r 2 <...> -> 3 ok ... predict r 2 <trace of f(x1; 2)> -> 1 ; =>`."""
+    `abduce r 1 <trace of f(x0; 1)> -> 4 == 4 3 F r 2 <...> -> 3 == 3 3 T ok ... predict x 5 r 2 <trace of
+    f(x1; 2)> -> 1 ; =>`."""
     runs = {"values": None, "steps": P.step_trace, "flow": P.flow_trace}
     if style not in runs:
         raise ValueError(f"trace style={style!r}: expected one of {tuple(runs)}")
@@ -67,8 +73,9 @@ def trace_words(item: Item, style: str = "values") -> list[str]:
     s = steps(item)
     out = ["abduce"]
     for r, y, ok in s["abduction"]:
-        out += ["r", *map(str, r), *execution(item.x0, r), "->", str(y)] + (["ok"] if ok else [])
-    out.append("predict")
+        out += ["r", *map(str, r), *execution(item.x0, r), "->", str(y), "==", str(y), str(item.y0)]
+        out += ["T", "ok"] if ok else ["F"]
+    out += ["predict", "x", str(item.x1)]
     for r, y in s["prediction"]:
         out += ["r", *map(str, r), *execution(item.x1, r), "->", str(y), ";"]
     return out + ["=>"]

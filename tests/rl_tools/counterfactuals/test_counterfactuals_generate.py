@@ -193,6 +193,14 @@ def test_teacher_traces_reach_the_gold_set_on_every_split(splits):
             assert text.startswith("Abduction") and text.endswith("{" + ", ".join(map(str, it.answer_cf)) + "}")
             assert teacher.has_abduction(text) and teacher.has_abduction(" ".join(words))
     assert not teacher.has_abduction("12 36 => 0") and not teacher.has_abduction(None)
+    # each abduction run compares its output with y0 as a test (`== y y0 T ok` / `== y y0 F`); `predict x x1`
+    it = items["if_else"][0]
+    words, st = teacher.trace_words(it), teacher.steps(it)
+    runs = [run.split() for run in " ".join(words[1:words.index("predict")]).split("r ")[1:]]
+    assert len(runs) == len(st["abduction"]) and any(ok for _, _, ok in st["abduction"])
+    for run, (_, y, ok) in zip(runs, st["abduction"]):
+        assert run[-5:] == ["==", str(y), str(it.y0), "T", "ok"] if ok else run[-4:] == ["==", str(y), str(it.y0), "F"]
+    assert words[words.index("predict"):words.index("predict") + 3] == ["predict", "x", str(it.x1)]
     # the flow-style teacher writes each run's execution (programs.flow_trace) between `r v` and `-> y`
     it = items["if_else"][0]
     flow, values = teacher.trace_words(it, "flow"), teacher.trace_words(it)
