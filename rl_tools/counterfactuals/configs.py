@@ -23,6 +23,7 @@ from rl_tools.counterfactuals.data import TRACE_STYLES, WORDS
 VOCAB = len(WORDS)
 NUMBER_INITS = ("random", "fourier")
 EXEC_FAMILIES = ("if_else_long", "while", "multi_r", "math")  # code families besides if_else
+QWEN_DIR = "/models/Qwen2.5-1.5B-Instruct"  # the cf_sft / cf_rl paper presets' chat model (the user's weights)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,8 +85,10 @@ def train_presets() -> dict[str, dict[str, object]]:
     - `tiny`: smoke test (~1 min).
     - `demo`: the demo base at batch 32 (250 steps, level 1, traces), then 150 SFT steps or 15 GRPO steps (G = 8);
       under 10 min on 2 CPU cores each.
-    - `paper`: the `paper` base (L = 4, d = 128, 3000 steps, levels 1-3), 2000 SFT steps or 200 GRPO steps
-      with the paper's 16 prompts x 24 rollouts per step (GPU-sized; not run here).
+    - `paper`: the paper's setting: Qwen2.5-1.5B-Instruct from `model_dir` (a HuggingFace folder the user
+      supplies; `--set model_dir=...` for another path or size) on the `paper` data (levels 1-3), English
+      prompts and teacher traces (`hf.py`), 1000 full fine-tuning SFT steps of 8 rows x 2048 tokens, or 200
+      GRPO steps with the paper's 16 prompts x 24 rollouts; a GPU run, never run here (no weights, no GPU).
     """
     from rl_tools.counterfactuals.sft_rl import CFTrainConfig
 
@@ -99,8 +102,9 @@ def train_presets() -> dict[str, dict[str, object]]:
                                   group_size=4, rl_max_new_tokens=8, eval_max_new_tokens=12),
             "demo": CFTrainConfig(base=demo_base, arms=(arm,), sft_steps=150, rl_steps=15, prompts_per_step=8,
                                   group_size=8, eval_max_new_tokens=96),
-            "paper": CFTrainConfig(base=base["paper"], arms=(arm,), sft_steps=2000, sft_seq_len=512,
-                                   rl_steps=200, prompts_per_step=16, group_size=24, rl_max_new_tokens=256,
-                                   eval_max_new_tokens=1024),
+            "paper": CFTrainConfig(base=dataclasses.replace(base["paper"], eval_batch=32), arms=(arm,),
+                                   model_dir=QWEN_DIR, sft_steps=1000, sft_batch=8, sft_seq_len=2048, sft_lr=1e-5,
+                                   rl_steps=200, prompts_per_step=16, group_size=24, rl_lr=1e-6,
+                                   rl_max_new_tokens=1024, eval_max_new_tokens=1024),
         }
     return out

@@ -15,8 +15,11 @@ if_else training programs, never a counterfactual item):
   exactly the consistent latents (`abduction_right`), and EM among those (the prediction after a right
   abduction).
 
+With `model_dir` (a HuggingFace chat model folder, e.g. Qwen2.5-1.5B-Instruct: the paper's setting) the base
+is that model as it comes, and prompts, SFT targets and answers are English in its ChatML turn (`hf.py`).
+
 Presets: `iclr26 run cf_sft --preset demo` and `iclr26 run cf_rl --preset demo` (each under 10 min on 2 CPU
-cores); `paper` (a larger decoder and budget; see `configs.py`'s note on the Qwen2.5-1.5B-Instruct setting).
+cores); `paper`: Qwen2.5-1.5B-Instruct from `/models/Qwen2.5-1.5B-Instruct` (`--set model_dir=PATH`), a GPU run.
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ import numpy as np
 
 from core import data as data_lib
 from core import train as train_lib
-from core.config import check
+from core.config import BadInputError, check
 from core.lm import losses
 from core.optim import OptimizerConfig
 from core.rl.losses import LossConfig
 from core.rl.rollout import RolloutConfig
 from core.rl.trainer import RLConfig, RLTrainer
-from rl_tools.counterfactuals import baselines, data, teacher, verify
+from rl_tools.counterfactuals import baselines, data, hf, teacher, verify
 from rl_tools.counterfactuals import train as base_train
 from rl_tools.counterfactuals.configs import CFConfig
 
@@ -51,6 +54,8 @@ class CFTrainConfig:
     base: CFConfig = CFConfig()  # the base model and data (trained first unless base_dir holds it)
     arms: tuple[str, ...] = ("sft", "rl")  # which of SFT and GRPO to run from the base
     base_dir: str = ""  # folder with params.npz + eval.json of a trained base of the same config ("" = train it)
+    model_dir: str = ""  # a HuggingFace chat model folder (e.g. Qwen2.5-1.5B-Instruct) as the base, in English
+    # (`hf.py`); base.model and base training are then unused
     sft_steps: int = 300  # SFT optimisation steps on teacher traces
     sft_lr: float = 1e-3  # SFT peak learning rate
     sft_batch: int = 32  # SFT packed rows per step
@@ -75,11 +80,13 @@ class CFTrainConfig:
         check(self.sft_seq_len >= 0, "sft_seq_len", self.sft_seq_len, ">= 0 (0: the base's seq_len)")
         check(self.sft_lr > 0 and self.rl_lr > 0, "sft_lr / rl_lr", (self.sft_lr, self.rl_lr), "> 0")
 
-    def rl_config(self) -> RLConfig:
+    def rl_config(self, eos_id: int | None = None, pad_id: int = 0, max_prompt_tokens: int = 160) -> RLConfig:
+        """GRPO settings; `eos_id` / `pad_id` / `max_prompt_tokens` of the model's tokenizer and prompts (the
+        compact language's by default)."""
+        eos = data.CompactTokenizer().eos_id if eos_id is None else eos_id
         rollout = RolloutConfig(group_size=self.group_size, max_new_tokens=self.rl_max_new_tokens,
-                                max_response_tokens=self.rl_max_new_tokens, max_prompt_tokens=160,
-                                temperature=self.temperature, eos_tokens=(data.CompactTokenizer().eos_id,),
-                                pad_id=0, prompt_bucket=16)
+                                max_response_tokens=self.rl_max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                                temperature=self.temperature, eos_tokens=(eos,), pad_id=pad_id, prompt_bucket=16)
         return RLConfig(algorithm="grpo", steps=self.rl_steps, prompts_per_step=self.prompts_per_step,
                         rollout=rollout, loss=LossConfig(kl_coef=self.kl_coef),
                         optimizer=OptimizerConfig(lr=self.rl_lr, clip_norm=1.0), seed=self.base.seed,
@@ -100,9 +107,15 @@ class SetMatch:
 def sft(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: pathlib.Path):
     """Fit the base on counterfactual teacher traces of the training programs."""
     b = config.base
-    exs = data.examples(train_items, ("counterfactual",), tok, trace=True, trace_style=config.base.trace_style)
     seq_len = config.sft_seq_len or b.seq_len
-    exs = [e for e in exs if len(e[0]) + len(e[1]) <= seq_len + 1]
+    if config.model_dir:
+        exs = hf.sft_examples(train_items, tok, seq_len)
+    else:
+        exs = data.examples(train_items, ("counterfactual",), tok, trace=True, trace_style=config.base.trace_style)
+        exs = [e for e in exs if len(e[0]) + len(e[1]) <= seq_len + 1]
+    if not exs:
+        raise BadInputError(f"sft_seq_len={seq_len}: no teacher trace fits a row of that length; expected a longer "
+                            "row")
     rows = data.to_rows(exs, seq_len)
     opt_cfg = dataclasses.replace(b, steps=config.sft_steps, lr=config.sft_lr, warmup=max(1, config.sft_steps // 10))
     tx = base_train.make_optimizer(opt_cfg)
@@ -117,8 +130,13 @@ def sft(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: path
 
 def grpo(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: pathlib.Path):
     """GRPO from the base on counterfactual questions of the training programs (exact-match set reward)."""
-    prompts = [tok.encode(data.prompt_words(it, "counterfactual", config.base.trace_style)) for it in train_items]
-    trainer = RLTrainer(config.rl_config(), graphdef, params, prompts=prompts, envs=[SetMatch()] * len(prompts),
+    if config.model_dir:
+        prompts = [tok.encode(hf.prompt(it, "counterfactual")) for it in train_items]
+        rl_config = config.rl_config(tok.eos_id, tok.pad_id or 0, max(len(p) for p in prompts))
+    else:
+        prompts = [tok.encode(data.prompt_words(it, "counterfactual", config.base.trace_style)) for it in train_items]
+        rl_config = config.rl_config()
+    trainer = RLTrainer(rl_config, graphdef, params, prompts=prompts, envs=[SetMatch()] * len(prompts),
                         env_prompts=[it.answer_cf for it in train_items], tokenizer=tok)
     history = trainer.train(workdir, progress_bar=False)
     return trainer.policy_params(), history
@@ -126,8 +144,12 @@ def grpo(config: CFTrainConfig, graphdef, params, train_items, tok, workdir: pat
 
 def evaluate_cf(config: CFTrainConfig, graphdef, params, items, tok) -> dict[str, Any]:
     """Counterfactual EM / F1 per split, the abduction-step share, and per-item outcomes."""
-    res = base_train.evaluate_model(config.base, graphdef, params, items, tok,
-                                    max_new_tokens=config.eval_max_new_tokens, variants=("counterfactual",))
+    if config.model_dir:
+        res = hf.evaluate(graphdef, params, tok, items, variants=("counterfactual",),
+                          max_new_tokens=config.eval_max_new_tokens, batch_size=config.base.eval_batch)
+    else:
+        res = base_train.evaluate_model(config.base, graphdef, params, items, tok,
+                                        max_new_tokens=config.eval_max_new_tokens, variants=("counterfactual",))
     by_id = {(s, it.id): it for s, its in items.items() for it in its}
     per_split: dict[str, Any] = {}
     for r in res["rows"]:
@@ -151,8 +173,15 @@ def abduction_right(item, completion: str | None) -> bool:
 
 
 def base_model(config: CFTrainConfig, items, tok, workdir: pathlib.Path):
-    """(graphdef, params, base eval rows): loaded from `base_dir` when given, else trained and evaluated."""
+    """(graphdef, params, base eval rows): the `model_dir` chat model as it comes, or loaded from `base_dir`,
+    or trained and evaluated here."""
     b = config.base
+    if config.model_dir:  # the user's chat model, evaluated as it comes
+        graphdef, params = hf.load(config.model_dir)
+        rows = hf.evaluate(graphdef, params, tok, {s: items[s] for s in EVAL_SPLITS},
+                           variants=("counterfactual", "interventional"), max_new_tokens=config.eval_max_new_tokens,
+                           batch_size=b.eval_batch)["rows"]
+        return graphdef, params, rows
     if config.base_dir:
         d = pathlib.Path(config.base_dir)
         if not (d / "params.npz").exists() or not (d / "eval.json").exists():
@@ -174,7 +203,7 @@ def run(config: CFTrainConfig, workdir: pathlib.Path | str) -> dict[str, Any]:
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    tok = data.CompactTokenizer()
+    tok = hf.tokenizer(config.model_dir) if config.model_dir else data.CompactTokenizer()
     items, _ = base_train.make_splits(config.base)
     graphdef, params, base_rows = base_model(config, items, tok, workdir)
     t_base = time.time() - t0

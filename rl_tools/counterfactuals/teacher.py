@@ -83,12 +83,13 @@ def trace_words(item: Item, style: str = "values") -> list[str]:
 
 def abduced_latents(text: str | None, n_latents: int) -> frozenset[tuple[int, ...]] | None:
     """The latents a compact trace marks `ok` in its abduction step (`abduce r v.. <run> -> y ok r ..`, up to
-    `predict` or `=>`), or None when the text has no `abduce` step or a run header is not `r` and
-    `n_latents` integers. Compared with `steps(item)["consistent"]`, it separates a wrong abduction (planning or
-    its execution) from a wrong prediction after a right one."""
+    `predict` or `=>`), or those an English trace in `trace_text`'s form calls consistent; None when the text
+    has no abduction step in either form or a run names other than `n_latents` values. Compared with
+    `steps(item)["consistent"]`, it separates a wrong abduction (planning or its execution) from a wrong
+    prediction after a right one."""
     words = (text or "").split()
     if "abduce" not in words:
-        return None
+        return _abduced_latents_english(text or "", n_latents)
     seg = words[words.index("abduce") + 1:]
     for stop in ("predict", "=>"):
         if stop in seg:
@@ -108,6 +109,25 @@ def abduced_latents(text: str | None, n_latents: int) -> frozenset[tuple[int, ..
         if run and run[-1] == "ok":
             consistent.add(latent)
     return frozenset(consistent)
+
+
+_ENGLISH_RUN = re.compile(r"^\s*-\s*(.+?):\s*f\(-?\d+\)\s*=\s*-?\d+\s*(\(consistent\))?\s*$")
+
+
+def _abduced_latents_english(text: str, n_latents: int) -> frozenset[tuple[int, ...]] | None:
+    """The same for `trace_text`'s English (`- r = 3: f(8) = 3 (consistent)` lines before `Intervention:`)."""
+    consistent, runs = set(), 0
+    for line in text.split("Intervention:")[0].splitlines():
+        m = _ENGLISH_RUN.match(line)
+        if not m:
+            continue
+        values = re.findall(r"=\s*(-?\d+)", m.group(1))
+        if len(values) != n_latents:
+            return None
+        runs += 1
+        if m.group(2):
+            consistent.add(tuple(int(v) for v in values))
+    return frozenset(consistent) if runs else None
 
 
 _ENGLISH = re.compile(r"(abduct|consistent with|values? of [a-z0-9, ]+ (?:that|which) (?:fit|match|give|produce))",

@@ -50,8 +50,8 @@ def test_presets_and_experiments():
         sft_rl.CFTrainConfig(group_size=1)
     with pytest.raises(ValueError, match="sft_seq_len"):
         sft_rl.CFTrainConfig(sft_seq_len=-1)
-    paper = presets["sft"]["paper"]
-    assert paper.base.trace_style == "flow" and paper.sft_seq_len > paper.base.seq_len
+    paper = presets["rl"]["paper"]
+    assert paper.model_dir.endswith("Qwen2.5-1.5B-Instruct") and paper.prompts_per_step == 16
 
 
 def test_tiny_base_sft_and_grpo_then_reload_the_base(tmp_path):
