@@ -194,17 +194,16 @@ def _method_version() -> str:
     return git("rev-parse", "HEAD:rl_tools/counterfactuals") or "unknown"
 
 
-def _bench_config(cfg) -> dict:
-    return json.loads(json.dumps({"config": dataclasses.asdict(cfg), "method": _method_version()}, sort_keys=True))
+def _bench_config(cfg, method: str) -> dict:
+    return json.loads(json.dumps({"config": dataclasses.asdict(cfg), "method": method}, sort_keys=True))
 
 
-def _finished_with(wd: pathlib.Path, cfg) -> bool:
+def _finished_with(wd: pathlib.Path, cfg, method: str) -> bool:
     """Whether `wd` holds a finished seed of exactly this configuration and method code (else it is rerun)."""
     saved = wd / "bench_config.json"
     if not (wd / "compare.json").exists() or not saved.exists():
         return False
-    now = _bench_config(cfg)
-    return now["method"] not in ("dirty", "unknown") and json.loads(saved.read_text()) == now
+    return method not in ("dirty", "unknown") and json.loads(saved.read_text()) == _bench_config(cfg, method)
 
 
 def main() -> None:
@@ -248,6 +247,7 @@ def main() -> None:
         print_claims(record["claims"])
         return
     args.trace = True
+    method = _method_version()  # the code this process imported, whatever is committed while it runs
     uptime_before = _uptime()
     t0 = time.perf_counter()
     rows, seconds = [], {}
@@ -262,9 +262,9 @@ def main() -> None:
         wd = args.workdir / f"seed{seed}"
         if args.fresh and wd.exists():
             shutil.rmtree(wd)
-        if not (args.reuse and _finished_with(wd, cfg)):
+        if not (args.reuse and _finished_with(wd, cfg, method)):
             sft_rl.run(cfg, wd)
-            (wd / "bench_config.json").write_text(json.dumps(_bench_config(cfg), sort_keys=True) + "\n")
+            (wd / "bench_config.json").write_text(json.dumps(_bench_config(cfg, method), sort_keys=True) + "\n")
         out = json.loads((wd / "compare.json").read_text())
         rows += seed_rows(seed, out)
         seconds[seed] = out["seconds"]
