@@ -149,7 +149,7 @@ def _verdict_of(values: np.ndarray, interval: tuple[float, float], null: float,
     `null` decides, at 5 % two-sided (two equal values can never hold; six can)."""
     if values.size < 2:
         return None, ""
-    if np.ptp(values) > 0:
+    if np.ptp(values) > 1e-9 * max(1.0, float(np.max(np.abs(values)))):  # equal up to float rounding counts
         return verdict(interval, null, higher_is_better), ""
     p = sign_test(values - null)
     side = verdict((values[0], values[0]), null, higher_is_better)

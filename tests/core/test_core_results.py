@@ -132,3 +132,13 @@ def test_method_table_status_summary_and_own_data_are_rendered_from_the_status_f
         'results = []\ndata = ""\n')
     with pytest.raises(ValueError, match="a partial method says what is missing"):
         render.render_text(text, {})
+
+
+def test_equal_differences_up_to_rounding_are_decided_by_the_sign_test():
+    from core.results import paired_claim
+    # three seeds, each one item in 150 lower: the float differences differ only in the last bits
+    ours, base = [23 / 150, 35 / 150, 22 / 150], [24 / 150, 36 / 150, 23 / 150]
+    c = paired_claim("x", "lower", ours, base, higher_is_better=False)
+    assert c["held"] is None and "every value equal" in c["evidence"]  # p = 0.25 at n = 3
+    c6 = paired_claim("x", "lower", ours * 2, base * 2, higher_is_better=False)
+    assert c6["held"] is True  # six seeds all the same sign: p = 0.031
