@@ -20,6 +20,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from core.config import BadInputError
 from core.lm import model as model_lib
 from core.lm.configs import LMConfig
 
@@ -95,6 +96,17 @@ def _get_path(tree, path: tuple):
     for k in path:
         tree = tree[k]
     return tree
+
+
+def check_hf_folder(path: str | pathlib.Path, option: str) -> pathlib.Path:
+    """The chat-model folder a user named with config option `option`: config.json and tokenizer.json present
+    (the tensors are checked by `load_hf`), else one line naming the option and what is missing."""
+    folder = pathlib.Path(path)
+    missing = [n for n in ("config.json", "tokenizer.json") if not (folder / n).exists()]
+    if missing:
+        raise BadInputError(f"{option}={str(path)!r}: expected a HuggingFace folder with config.json, safetensors "
+                            f"and tokenizer.json (missing {', '.join(missing)}; the weights are not shipped)")
+    return folder
 
 
 def _tensor_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:

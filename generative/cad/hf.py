@@ -23,7 +23,7 @@ from core.config import BadInputError
 from core.lm import data as lm_data
 from core.lm import losses
 from core.lm.tokenizer import Tokenizer, chat_format, load_tokenizer
-from core.lm.weights import load_hf
+from core.lm.weights import check_hf_folder, load_hf
 from generative.cad.corpus import Part
 
 INSTRUCTION = "Write the CAD operation plan (sketch and extrude steps) for: "
@@ -33,15 +33,6 @@ class LLMPlanner(NamedTuple):
     graphdef: Any
     params: Any
     tokenizer: Tokenizer
-
-
-def check_folder(path: str) -> pathlib.Path:
-    folder = pathlib.Path(path)
-    missing = [n for n in ("config.json", "tokenizer.json") if not (folder / n).exists()]
-    if missing:
-        raise BadInputError(f"planner_path={path!r}: expected a HuggingFace folder with config.json, safetensors "
-                            f"and tokenizer.json (missing {', '.join(missing)}; the weights are not shipped)")
-    return folder
 
 
 def prompt_text(part: Part, level: int) -> str:
@@ -61,7 +52,7 @@ def train_planner(config, parts: Sequence[Part], workdir: pathlib.Path, key: jax
                   progress_bar: bool = True) -> tuple[LLMPlanner, list[dict]]:
     """Load `config.planner_path` and fine-tune it for `config.planner_steps` steps (lr `config.planner_lr`,
     rows of `config.planner_seq_len` tokens)."""
-    folder = check_folder(config.planner_path)
+    folder = check_hf_folder(config.planner_path, "planner_path")
     _, graphdef, params = load_hf(folder)
     tok = load_tokenizer(folder)
     rows = lm_data.pack(plan_examples(parts, tok), config.planner_seq_len)

@@ -11,7 +11,6 @@ Not run in this project (no GPU, no weights): `run_hf` is exercised only on tiny
 
 from __future__ import annotations
 
-import pathlib
 import time
 from collections.abc import Sequence
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from core.config import BadInputError
 from core.lm.tokenizer import Tokenizer, chat_format, load_tokenizer
-from core.lm.weights import load_hf
+from core.lm.weights import check_hf_folder, load_hf
 from interp.c2c import communicate as comm
 from interp.c2c.configs import ALIGN_STRATEGIES, C2CConfig
 
@@ -92,9 +91,7 @@ def run_hf(config: C2CConfig) -> dict:
 
     t0 = time.time()
     for role, path in (("receiver_path", config.receiver_path), ("sharer_path", config.sharer_path)):
-        if not (pathlib.Path(path) / "config.json").exists():
-            raise BadInputError(f"{role}={path!r}: expected a HuggingFace folder with config.json, safetensors "
-                                "and tokenizer.json (the weights are not shipped)")
+        check_hf_folder(path, role)
     r_cfg, r_gd, r_params = load_hf(config.receiver_path)
     s_cfg, s_gd, s_params = load_hf(config.sharer_path)
     r_tok, s_tok = load_tokenizer(config.receiver_path), load_tokenizer(config.sharer_path)

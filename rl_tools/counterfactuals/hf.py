@@ -14,29 +14,19 @@ random-init folder with a small BPE tokenizer.
 
 from __future__ import annotations
 
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 from core.config import BadInputError
 from core.lm.tokenizer import Tokenizer, chat_format, load_tokenizer
-from core.lm.weights import load_hf
+from core.lm.weights import check_hf_folder, load_hf
 from rl_tools.counterfactuals import export, harness, teacher
 from rl_tools.counterfactuals.generate import Item
 
 
-def check_folder(path: str) -> pathlib.Path:
-    folder = pathlib.Path(path)
-    missing = [n for n in ("config.json", "tokenizer.json") if not (folder / n).exists()]
-    if missing:
-        raise BadInputError(f"model_dir={path!r}: expected a HuggingFace folder with config.json, safetensors and "
-                            f"tokenizer.json (missing {', '.join(missing)}; the weights are not shipped)")
-    return folder
-
-
 def tokenizer(path: str) -> Tokenizer:
     """The folder's tokenizer; it must have an end-of-turn token (SFT targets and rollouts end with it)."""
-    tok = load_tokenizer(check_folder(path))
+    tok = load_tokenizer(check_hf_folder(path, "model_dir"))
     if tok.eos_id is None:
         raise BadInputError(f"model_dir={path!r}: expected a tokenizer with an end-of-turn token (<|im_end|> or "
                             "</s>)")
@@ -45,7 +35,7 @@ def tokenizer(path: str) -> Tokenizer:
 
 def load(path: str) -> tuple[Any, Any]:
     """(graphdef, params) of the folder's model."""
-    _, graphdef, params = load_hf(check_folder(path))
+    _, graphdef, params = load_hf(check_hf_folder(path, "model_dir"))
     return graphdef, params
 
 
@@ -73,4 +63,4 @@ def evaluate(graphdef, params, tok: Tokenizer, items, *, variants: Sequence[str]
     return harness.evaluate(items, adapter, variants=variants, prompt=prompt, keep_predictions=True)
 
 
-__all__ = ["check_folder", "tokenizer", "load", "prompt", "sft_examples", "evaluate"]
+__all__ = ["tokenizer", "load", "prompt", "sft_examples", "evaluate"]

@@ -115,6 +115,16 @@ def test_unsupported_architecture_and_empty_folder(tmp_path):
         LMConfig.from_hf({**SHARDABLE.to_hf(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
 
 
+def test_check_hf_folder_names_the_option_and_the_missing_files(tmp_path):
+    with pytest.raises(ValueError, match=r"^model_dir='.*nope': expected a HuggingFace folder .*"
+                                         r"\(missing config.json, tokenizer.json;"):
+        weights_lib.check_hf_folder(tmp_path / "nope", "model_dir")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"^planner_path=.*\(missing tokenizer.json;"):
+        weights_lib.check_hf_folder(str(tmp_path), "planner_path")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert weights_lib.check_hf_folder(str(tmp_path), "planner_path") == tmp_path
+
 def test_config_hf_round_trip_and_validation():
     for c in (SHARDABLE, LMConfig(architecture="llama", attention_bias=False, tie_word_embeddings=True)):
         assert LMConfig.from_hf(c.to_hf()) == c
