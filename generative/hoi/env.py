@@ -1,4 +1,5 @@
-"""The goal-conditioned environment over the 2D scene: a task (a plan compiled to arrays, its chain-of-contacts
+"""The goal-conditioned environment over a scene (`Scene`: the pure-JAX 2D scene, or the MJX scene of
+scene_mjx.py): a task (a plan compiled to arrays, its chain-of-contacts
 reading, the hand reward's task index) is data, not code, so one compiled step serves every task and every
 reward arm (`arm`: 0 RMD, 1 hand-engineered, 2 chain-of-contacts).
 
@@ -6,12 +7,14 @@ The observation is the same for every arm: the scene state, hand-relative object
 sub-task's goal and the RMD phase (one-hot) from the plan's completion tracker (a completed plan shows its last
 sub-task), and the episode's time fraction.
 The tracker also gives the evaluation metrics (completion in order, time to completion, relation stability),
-whatever reward trained the policy.
+whatever reward trained the policy. Observation, rewards and metrics read a scene through its 2D view
+(`Scene.view`: a scene2d.Phys of the same quantities), so both scenes share them unchanged.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +35,31 @@ TASKS = {  # name -> (command, hand-reward task index)
 OBS_DIM = 53
 
 
+class Scene(NamedTuple):
+    """A physics backend: reset(key) -> state; step(state, action (5,), dt, substeps) -> state; view(state) ->
+    scene2d.Phys (positions, velocities, grips in the 2D scene's coordinates)."""
+
+    name: str
+    reset: Callable[[jax.Array], Any]
+    step: Callable[..., Any]
+    view: Callable[[Any], scene2d.Phys]
+
+
+SCENE_2D = Scene("2d", scene2d.reset, lambda s, a, dt, substeps: scene2d.step(s, a, dt=dt, substeps=substeps),
+                 lambda s: s)
+SCENES = ("2d", "mjx")
+
+
+def make_scene(name: str) -> Scene:
+    """The scene called `name` (SCENES); "mjx" needs the optional extra `hoi` (mujoco, mujoco-mjx)."""
+    if name == "2d":
+        return SCENE_2D
+    if name == "mjx":
+        from generative.hoi import scene_mjx
+        return scene_mjx.make_scene()
+    raise BadInputError(f"scene={name!r}: expected one of {SCENES}")
+
+
 class Task(NamedTuple):
     plan: rewards.CompiledPlan
     chain: rewards.CompiledChain
@@ -41,7 +69,7 @@ class Task(NamedTuple):
 
 
 class EnvState(NamedTuple):
-    phys: scene2d.Phys
+    phys: Any  # the scene's state (scene2d.Phys, or scene_mjx.MJXState)
     tracker: rewards.Tracker
     coc: jax.Array  # () chain index
     t: jax.Array  # () int32
@@ -71,8 +99,9 @@ def stack_tasks(tasks: list[Task]) -> Task:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *tasks)
 
 
-def observe(s: EnvState, task: Task, horizon: int) -> jax.Array:
-    f = scene2d.features(s.phys)
+def observe(s: EnvState, task: Task, horizon: int, scene: Scene = SCENE_2D) -> jax.Array:
+    ph = scene.view(s.phys)
+    f = scene2d.features(ph)
     p = task.plan
     # once the plan is complete the policy sees its last sub-task, goal and phase: that sub-task's state is the
     # one to keep (the reward still scores its terms), so completion does not switch the policy's input to a
@@ -81,7 +110,6 @@ def observe(s: EnvState, task: Task, horizon: int) -> jax.Array:
     kind = jax.nn.one_hot(p.goal_kind[cur], 4)
     goal = p.goal_val[cur]
     phase = jax.nn.one_hot(cur, rewards.S)
-    ph = s.phys
     parts = [f.human_p.reshape(-1), f.human_v.reshape(-1), f.obj_p.reshape(-1), f.obj_v.reshape(-1),
              f.gap.reshape(-1), f.grip, f.box_up[None], f.table_gap[None], f.door[None], ph.door_v[None],
              f.obj_p[0] - f.human_p[0], f.obj_p[1] - f.human_p[0], kind, goal,
@@ -91,17 +119,17 @@ def observe(s: EnvState, task: Task, horizon: int) -> jax.Array:
     return jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in parts])
 
 
-def reset(key: jax.Array, task: Task, horizon: int) -> tuple[EnvState, jax.Array]:
-    s = EnvState(scene2d.reset(key), rewards.tracker_init(), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
+def reset(key: jax.Array, task: Task, horizon: int, scene: Scene = SCENE_2D) -> tuple[EnvState, jax.Array]:
+    s = EnvState(scene.reset(key), rewards.tracker_init(), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
                  jnp.full((), -1, jnp.int32), jnp.zeros(2))
-    return s, observe(s, task, horizon)
+    return s, observe(s, task, horizon, scene)
 
 
-def step(s: EnvState, action: jax.Array, task: Task, horizon: int, *, dt: float = 0.05, substeps: int = 4
-         ) -> tuple[EnvState, jax.Array, jax.Array]:
+def step(s: EnvState, action: jax.Array, task: Task, horizon: int, *, dt: float = 0.05, substeps: int = 4,
+         scene: Scene = SCENE_2D) -> tuple[EnvState, jax.Array, jax.Array]:
     """(state, obs, reward) after one step; the reward of the task's arm."""
-    phys = scene2d.step(s.phys, action, dt=dt, substeps=substeps)
-    f = scene2d.features(phys)
+    phys = scene.step(s.phys, action, dt, substeps)
+    f = scene2d.features(scene.view(phys))
     p = task.plan
     # relation stability in move_with phases, measured before the tracker moves on
     cur = jnp.minimum(s.tracker.phase, rewards.S - 1)
@@ -117,4 +145,4 @@ def step(s: EnvState, action: jax.Array, task: Task, horizon: int, *, dt: float 
     t = s.t + 1
     done_t = jnp.where((s.done_t < 0) & (tracker.phase >= p.n_sub), t, s.done_t)
     new = EnvState(phys, tracker, coc, t, done_t, stable)
-    return new, observe(new, task, horizon), reward
+    return new, observe(new, task, horizon, scene), reward

@@ -31,13 +31,14 @@ def last_goal(task: env_lib.Task) -> tuple[jax.Array, jax.Array]:
     return jnp.where(last >= 0, p.goal_kind[i], rewards.GOAL_NONE), p.goal_val[i]
 
 
-def episode_metrics(final: env_lib.EnvState, task: env_lib.Task, dt: float) -> dict[str, jax.Array]:
+def episode_metrics(final: env_lib.EnvState, task: env_lib.Task, dt: float,
+                    scene: env_lib.Scene = env_lib.SCENE_2D) -> dict[str, jax.Array]:
     """Metrics over the leading (envs) axis of `final` for one (unbatched) task; jit/vmap friendly."""
     p = task.plan
     done = final.tracker.phase >= p.n_sub
     num, den = final.stable[:, 0].sum(), final.stable[:, 1].sum()
     kind, val = last_goal(task)
-    feats = jax.vmap(scene2d.features)(final.phys)
+    feats = jax.vmap(lambda s: scene2d.features(scene.view(s)))(final.phys)
     _, holds, err = jax.vmap(lambda f: rewards.goal_eval(f, kind, val))(feats)
     t_done = jnp.where(done, final.done_t, 0).sum() / jnp.maximum(done.sum(), 1) * dt
     return {"completion": done.mean(), "phases_done": final.tracker.phase.mean() / p.n_sub,

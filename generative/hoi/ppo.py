@@ -70,6 +70,7 @@ def make_train(config: HOIConfig):
     key) -> (final EnvState, rewards (T, N), first episode's states), apply(params, obs)), each a pure function
     of one run; vmap them over runs."""
     c = config
+    scene = env_lib.make_scene(c.scene)
     model = ActorCritic(env_lib.OBS_DIM, ACTION_DIM, c.hidden, rngs=nnx.Rngs(0))
     graphdef, _ = nnx.split(model)
     total_steps = c.n_updates * c.epochs * c.minibatches
@@ -90,7 +91,7 @@ def make_train(config: HOIConfig):
 
     def rollout(params, task, key, n_envs, deterministic):
         k_reset, k_act = jax.random.split(key)
-        s, obs = jax.vmap(lambda k: env_lib.reset(k, task, T))(jax.random.split(k_reset, n_envs))
+        s, obs = jax.vmap(lambda k: env_lib.reset(k, task, T, scene))(jax.random.split(k_reset, n_envs))
 
         def body(carry, k):
             s, obs = carry
@@ -98,9 +99,10 @@ def make_train(config: HOIConfig):
             noise = jax.random.normal(k, mean.shape)
             action = mean if deterministic else mean + jnp.exp(log_std) * noise
             logp = gaussian_logp(action, mean, log_std)
-            s, obs2, reward = jax.vmap(lambda s, a: env_lib.step(s, a, task, T, dt=c.dt, substeps=c.substeps))(
-                s, action)
-            return (s, obs2), (Rollout(obs, action, logp, value, reward), jax.tree.map(lambda x: x[0], s.phys))
+            s, obs2, reward = jax.vmap(lambda s, a: env_lib.step(s, a, task, T, dt=c.dt, substeps=c.substeps,
+                                                                 scene=scene))(s, action)
+            first = scene.view(jax.tree.map(lambda x: x[0], s.phys))  # the first episode, for the frame strip
+            return (s, obs2), (Rollout(obs, action, logp, value, reward), first)
 
         (s, _), (traj, phys0) = jax.lax.scan(body, (s, obs), jax.random.split(k_act, T))
         return s, traj, phys0
@@ -142,7 +144,7 @@ def make_train(config: HOIConfig):
         (params, opt_state), aux = jax.lax.scan(epoch, (rs.params, rs.opt_state), jax.random.split(k_perm, c.epochs))
         metrics = {k: v.mean() for k, v in aux.items()}
         metrics["reward"] = traj.reward.sum(0).mean()  # undiscounted episode return of this arm's reward
-        metrics.update(metrics_lib.episode_metrics(final, task, c.dt))
+        metrics.update(metrics_lib.episode_metrics(final, task, c.dt, scene))
         return RunState(params, opt_state, key, rs.update + 1), metrics
 
     def chunk(rs: RunState, task: env_lib.Task):

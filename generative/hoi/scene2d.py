@@ -131,7 +131,7 @@ def _table_penalty(p, v, radius):
     return mag * n
 
 
-def _grip_spring(hand_p, hand_v, p, v, rest):
+def grip_spring(hand_p, hand_v, p, v, rest):
     """Spring-damper force on the held point (rest length `rest`) from the hand."""
     delta = p - hand_p
     dist = jnp.sqrt(jnp.sum(delta * delta) + 1e-12)
@@ -144,7 +144,7 @@ def _substep(s: Phys, action: jax.Array, h: float) -> Phys:
     hand_v = s.torso_v + J @ s.qd
     hp, hv = handle(s.door, s.door_v)
     # box: grasp spring or hand penalty, torso penalty, walls, the table wall while on the floor
-    f_hand_box = jnp.where(s.grip_box > 0, _grip_spring(hand_p, hand_v, s.box_p, s.box_v, R_BOX),
+    f_hand_box = jnp.where(s.grip_box > 0, grip_spring(hand_p, hand_v, s.box_p, s.box_v, R_BOX),
                            _pair_penalty(hand_p, hand_v, s.box_p, s.box_v, R_HAND + R_BOX))
     f_torso_box = _pair_penalty(s.torso_p, s.torso_v, s.box_p, s.box_v, R_TORSO + R_BOX)
     f_box = f_hand_box + f_torso_box + _wall_penalty(s.box_p, s.box_v, R_BOX)
@@ -152,7 +152,7 @@ def _substep(s: Phys, action: jax.Array, h: float) -> Phys:
     on_table = (s.box_up > 0) & (s.grip_box <= 0)
     damp_box = jnp.where(s.grip_box > 0, DAMP_AIR, jnp.where(on_table, DAMP_TABLE, DAMP_FLOOR))
     # door handle: grasp spring (rest 0) or hand penalty
-    f_handle = jnp.where(s.grip_handle > 0, _grip_spring(hand_p, hand_v, hp, hv, 0.0),
+    f_handle = jnp.where(s.grip_handle > 0, grip_spring(hand_p, hand_v, hp, hv, 0.0),
                          _pair_penalty(hand_p, hand_v, hp, hv, R_HAND + R_HANDLE))
     lever = hp - jnp.asarray(HINGE)
     tau_door = lever[0] * f_handle[1] - lever[1] * f_handle[0]

@@ -54,7 +54,8 @@ def run_grid(config: HOIConfig, *, progress_bar: bool = True, workdir: pathlib.P
     rs = jax.jit(jax.vmap(init))(keys, tasks)
     eval_keys = jax.numpy.stack([jax.random.fold_in(jax.random.key(c.seed + 10_000), s) for _, _, s in runs])
     run_eval = jax.jit(jax.vmap(evaluate))
-    score = jax.jit(jax.vmap(lambda f, t: metrics_lib.episode_metrics(f, t, c.dt)))
+    scene = env_lib.make_scene(c.scene)
+    score = jax.jit(jax.vmap(lambda f, t: metrics_lib.episode_metrics(f, t, c.dt, scene)))
 
     def evaluate_all(params):
         final, _, strips = run_eval(params, tasks, eval_keys)

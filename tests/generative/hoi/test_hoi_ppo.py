@@ -79,8 +79,16 @@ def test_config_and_task_validation():
         dataclasses.replace(presets()["tiny"], command="dance", arms=("rmd",))
     with pytest.raises(BadInputError, match="arm='hand'"):
         env_lib.make_task("reach box", "hand")
+    with pytest.raises(ConfigError, match="scene="):
+        dataclasses.replace(presets()["tiny"], scene="isaac")
+    with pytest.raises(ConfigError, match="tasks=.*no carry with scene='mjx'"):
+        dataclasses.replace(presets()["tiny"], scene="mjx", tasks=("push", "carry"))
+    with pytest.raises(ConfigError, match="dt=0.025: expected a multiple of the MJX physics step"):
+        dataclasses.replace(presets()["tiny"], scene="mjx", dt=0.025)
+    with pytest.raises(BadInputError, match="scene='isaac'"):
+        env_lib.make_scene("isaac")
     paper = presets()["paper"]
-    assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000
+    assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000 and paper.scene == "mjx"
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, compile_cache):
