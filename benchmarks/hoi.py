@@ -1,15 +1,15 @@
 """RMD's claim at CPU scale: one compiled RMD reward against the hand-engineered per-task rewards and the
 chain-of-contacts reward, same PPO, same budget, same observation, on push / carry / open and the sequence
-open-then-push (6 sub-tasks; its own, longer episodes and budget, the same for every arm), paired over seeds (a
-seed fixes the initial policy and the start states of every arm); plus the environment speed of the 2D scene
-(with PPO) and of the MJX scene (steps/s and compile time).
+open-then-push (6 sub-tasks; its own, longer episodes and budget and an entropy bonus, the same for every arm),
+paired over seeds (a seed fixes the initial policy and the start states of every arm); plus the environment speed
+of the 2D scene (with PPO), of the MJX scene (steps/s and compile time) and of PPO on the MJX scene.
 
 Chance: each run's untrained (initial) policy, evaluated like the trained one. There is no oracle policy; a
 completion of 1 is the bound.
 
     python benchmarks/hoi.py     # 5 seeds x 3 arms: push / carry / open at 64 envs x 80 steps x 300 updates,
-                                 # open_push at 64 envs x 120 steps x 600 updates
-    python benchmarks/hoi.py --seeds 2 --updates 10 --sequence-updates 10 --name hoi_smoke    # a quick check
+                                 # open_push at 64 envs x 120 steps x 1000 updates with an entropy bonus
+    python benchmarks/hoi.py --seeds 2 --updates 10 --sequence-updates 10 --mjx-ppo-updates 0 --name hoi_smoke
     python benchmarks/hoi.py --claims-from-rows       # recompute the committed claims from the stored rows
 """
 
@@ -121,6 +121,12 @@ def make_claims(rows) -> list[dict]:
                 f"(second call {r['second_call_seconds']:.2f} s, "
                 f"{r['compiles']} compile(s)), persistent cache {'on' if r['persistent_cache'] else 'off'}, "
                 f"load {r['load']}"))
+        if r.get("kind") == "speed_mjx_ppo" and "env_steps_per_second" in r:
+            claims.append(results.check(
+                "mjx_scene_ppo_speed", "PPO trains on the MJX scene (the paper preset's physics) through the same "
+                "env, rewards and metrics: finite, with its training env steps per second (figure only)",
+                bool(r["finite"]), f"{r['env_steps_per_second']:.0f} env steps/s with PPO updates, {r['runs']} runs "
+                f"x {r['n_envs']} envs vmapped, compile + first chunk {r['compile_seconds']:.0f} s, load {r['load']}"))
         if r.get("kind") == "speed_2d":
             claims.append(results.check(
                 "scene2d_ppo_speed", "the 2D scene with PPO in one jit: training env steps per second (figure only)",
@@ -149,6 +155,9 @@ def make_summary(rows) -> list[dict]:
         if r.get("kind") == "speed_2d":
             out.append({"task": "speed: 2D scene + PPO", "env_steps_per_second": round(r["env_steps_per_second"]),
                         "compile_seconds": round(r["compile_seconds"], 1)})
+        if r.get("kind") == "speed_mjx_ppo" and "env_steps_per_second" in r:
+            out.append({"task": "speed: MJX scene + PPO", "env_steps_per_second": round(r["env_steps_per_second"]),
+                        "compile_seconds": round(r["compile_seconds"], 1)})
         if r.get("kind") == "speed_mjx" and "env_steps_per_second" in r:
             out.append({"task": f"speed: MJX scene ({'cached' if r['persistent_cache'] else 'cold'} compile)",
                         "env_steps_per_second": round(r["env_steps_per_second"]),
@@ -176,6 +185,25 @@ def mjx_row(timeout: int, envs: int, cache: bool) -> dict:
     return {**base, **json.loads(lines[-1])}
 
 
+def mjx_ppo_row(config) -> dict:
+    """PPO's training speed on the MJX scene (the `paper` preset's physics): env steps/s after the compile and the
+    compile time; too slow on 2 CPU cores for the 5-seed comparison, which is the GPU preset's."""
+    import importlib.util
+
+    from generative.hoi import train
+
+    base = {"kind": "speed_mjx_ppo", "runs": len(config.arms) * config.seeds, "n_envs": config.n_envs,
+            "updates": config.n_updates}
+    if importlib.util.find_spec("mujoco") is None:
+        return {**base, "note": "mujoco not installed (pip install -e '.[hoi]')"}
+    grid = train.run_grid(config, progress_bar=True)
+    chunk_steps = len(grid.runs) * config.chunk * config.n_envs * config.horizon
+    return {**base, "env_steps_per_second": (grid.env_steps - chunk_steps) / max(grid.train_seconds
+                                                                                 - grid.compile_seconds, 1e-9),
+            "compile_seconds": grid.compile_seconds, "train_seconds": grid.train_seconds,
+            "finite": bool(all(np.isfinite(ev["final_object_error"]) for ev in grid.evals)), "load": _load()}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
@@ -183,7 +211,12 @@ def main(argv=None) -> None:
     ap.add_argument("--horizon", type=int, default=80)
     ap.add_argument("--updates", type=int, default=300)
     ap.add_argument("--sequence-horizon", type=int, default=120, help="episode length of the open_push sequence")
-    ap.add_argument("--sequence-updates", type=int, default=600, help="PPO updates of the open_push sequence")
+    ap.add_argument("--sequence-updates", type=int, default=1000, help="PPO updates of the open_push sequence")
+    ap.add_argument("--sequence-ent-coef", type=float, default=0.01,
+                    help="PPO entropy bonus of the sequence grid (every arm): without it, 2 of 5 RMD seeds stopped "
+                         "exploring the grip at the release sub-task")
+    ap.add_argument("--mjx-ppo-updates", type=int, default=20,
+                    help="PPO updates on the MJX scene for its training-speed row (push, rmd + hand, 1 seed; 0: skip)")
     ap.add_argument("--mjx-timeout", type=int, default=600)
     ap.add_argument("--mjx-envs", type=int, default=64)
     ap.add_argument("--no-mjx", action="store_true")
@@ -203,23 +236,25 @@ def main(argv=None) -> None:
     from generative.hoi.env import TASKS
     from generative.hoi.planner import TemplatePlanner
 
-    def grid_config(tasks, horizon, updates):
+    def grid_config(tasks, horizon, updates, **kw):
         return dataclasses.replace(presets()["demo"], tasks=tasks, seeds=args.seeds, n_envs=args.envs,
                                    horizon=horizon, updates=updates, chunk=10 if updates % 10 == 0 else 1,
-                                   eval_envs=256)
+                                   eval_envs=256, **kw)
 
     t0 = time.time()
     load_start = _load()
     rows = []
     grids = [(grid_config(DYNAMIC, args.horizon, args.updates), True),
-             (grid_config(("open_push",), args.sequence_horizon, args.sequence_updates), False)]
+             (grid_config(("open_push",), args.sequence_horizon, args.sequence_updates,
+                          ent_coef=args.sequence_ent_coef), False)]
     for config, speed in grids:
         grid = train.run_grid(config, progress_bar=True)
         for (task, arm, seed), ev, ev0 in zip(grid.runs, grid.evals, grid.evals_untrained):
             rows.append({"kind": "run", "task": task, "arm": arm, "seed": seed, **ev,
                          "untrained_completion": ev0["completion"], "untrained_phases_done": ev0["phases_done"],
                          "sub_tasks": len(TemplatePlanner()(TASKS[task][0]).subtasks), "horizon": config.horizon,
-                         "updates": config.n_updates, "env_steps": config.env_steps_per_run})
+                         "updates": config.n_updates, "env_steps": config.env_steps_per_run,
+                         "ent_coef": config.ent_coef})
         if speed:
             chunk_steps = len(grid.runs) * config.chunk * config.n_envs * config.horizon
             steady = (grid.env_steps - chunk_steps) / max(grid.train_seconds - grid.compile_seconds, 1e-9)
@@ -230,6 +265,10 @@ def main(argv=None) -> None:
             print(task, {arm: round(float(np.mean(_values(rows, task, arm))), 3) for arm in config.arms},
                   "untrained", round(float(np.mean(_values(rows, task, "rmd", "untrained_completion"))), 3),
                   flush=True)
+    if args.mjx_ppo_updates > 0 and not args.no_mjx:
+        rows.append(mjx_ppo_row(grid_config(("push",), args.horizon, args.mjx_ppo_updates, scene="mjx", seeds=1,
+                                            arms=("rmd", "hand"), eval_envs=64)))
+        print(rows[-1], flush=True)
     if not args.no_mjx:
         for i, cache in enumerate((False, True, True)):  # cold compile; a cached run writes (or hits); a warm rerun
             rows.append({**mjx_row(args.mjx_timeout, args.mjx_envs, cache), "mjx_run": i})
@@ -239,6 +278,7 @@ def main(argv=None) -> None:
              "seeds": args.seeds, "envs": args.envs, "horizon": args.horizon, "updates": grids[0][0].n_updates,
              "env_steps_per_run": grids[0][0].env_steps_per_run, "sequence_horizon": args.sequence_horizon,
              "sequence_updates": grids[1][0].n_updates, "sequence_env_steps_per_run": grids[1][0].env_steps_per_run,
+             "sequence_ent_coef": args.sequence_ent_coef,
              "eval_episodes_per_run": 256,
              "paper": "IsaacGym humanoid with an AMP prior, 4096 envs, ~1e8+ steps (not run)"}
     path = results.write_results(args.name, rows=rows, claims=claims, wall_seconds=time.time() - t0, scale=scale,
