@@ -237,9 +237,9 @@ def main(argv=None) -> None:
     from generative.hoi.planner import TemplatePlanner
 
     def grid_config(tasks, horizon, updates, **kw):
-        return dataclasses.replace(presets()["demo"], tasks=tasks, seeds=args.seeds, n_envs=args.envs,
-                                   horizon=horizon, updates=updates, chunk=10 if updates % 10 == 0 else 1,
-                                   eval_envs=256, **kw)
+        base = dict(tasks=tasks, seeds=args.seeds, n_envs=args.envs, horizon=horizon, updates=updates,
+                    chunk=10 if updates % 10 == 0 else 1, eval_envs=256)
+        return dataclasses.replace(presets()["demo"], **{**base, **kw})
 
     t0 = time.time()
     load_start = _load()
@@ -247,6 +247,10 @@ def main(argv=None) -> None:
     grids = [(grid_config(DYNAMIC, args.horizon, args.updates), True),
              (grid_config(("open_push",), args.sequence_horizon, args.sequence_updates,
                           ent_coef=args.sequence_ent_coef), False)]
+    if args.mjx_ppo_updates > 0 and not args.no_mjx:  # first: its compile is the longest, a failure shows early
+        rows.append(mjx_ppo_row(grid_config(("push",), args.horizon, args.mjx_ppo_updates, scene="mjx", seeds=1,
+                                            arms=("rmd", "hand"), eval_envs=128)))
+        print(rows[-1], flush=True)
     for config, speed in grids:
         grid = train.run_grid(config, progress_bar=True)
         for (task, arm, seed), ev, ev0 in zip(grid.runs, grid.evals, grid.evals_untrained):
@@ -265,10 +269,6 @@ def main(argv=None) -> None:
             print(task, {arm: round(float(np.mean(_values(rows, task, arm))), 3) for arm in config.arms},
                   "untrained", round(float(np.mean(_values(rows, task, "rmd", "untrained_completion"))), 3),
                   flush=True)
-    if args.mjx_ppo_updates > 0 and not args.no_mjx:
-        rows.append(mjx_ppo_row(grid_config(("push",), args.horizon, args.mjx_ppo_updates, scene="mjx", seeds=1,
-                                            arms=("rmd", "hand"), eval_envs=64)))
-        print(rows[-1], flush=True)
     if not args.no_mjx:
         for i, cache in enumerate((False, True, True)):  # cold compile; a cached run writes (or hits); a warm rerun
             rows.append({**mjx_row(args.mjx_timeout, args.mjx_envs, cache), "mjx_run": i})
