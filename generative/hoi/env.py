@@ -55,6 +55,11 @@ def make_scene(name: str) -> Scene:
     if name == "2d":
         return SCENE_2D
     if name == "mjx":
+        import importlib.util
+
+        if importlib.util.find_spec("mujoco") is None:
+            raise BadInputError("scene='mjx': expected mujoco and mujoco-mjx installed (the optional extra: "
+                                "pip install -e '.[hoi]')")
         from generative.hoi import scene_mjx
         return scene_mjx.make_scene()
     raise BadInputError(f"scene={name!r}: expected one of {SCENES}")

@@ -91,6 +91,14 @@ def test_config_and_task_validation():
     assert paper.n_envs == 4096 and paper.env_steps_per_run >= 100_000_000 and paper.scene == "mjx"
 
 
+def test_the_mjx_scene_without_mujoco_is_one_clear_error(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mujoco" else real(name, *a))
+    with pytest.raises(BadInputError, match=r"scene='mjx': expected mujoco and mujoco-mjx installed .*\[hoi\]"):
+        env_lib.make_scene("mjx")
+
+
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, compile_cache):
     """Checkpoint per chunk: stopped after one chunk and rerun, the grid ends where an uninterrupted one ends, and
     metrics.jsonl holds one record per chunk without repeats."""
