@@ -1,8 +1,9 @@
 """The MJX scene (optional extra `hoi`: mujoco, mujoco-mjx): the 2D scene's layout in MuJoCo, top-down with
 gravity off: a torso (a sphere) on two slide joints with a 2-link arm (shoulder and elbow hinges about z, a
 sphere hand), a box on two slide joints (dynamic), a table (a static box), a door on a hinge with joint limits
-(articulated) and four room walls; joint damping stands in for floor friction. Four motors (torso x / y force,
-two joint torques); MuJoCo's soft contacts replace the 2D scene's penalty contacts.
+(articulated) and four room walls that hold the torso and the box (as in the 2D scene); joint damping stands in
+for floor friction. Four motors (torso x / y force, two joint torques); MuJoCo's soft contacts replace the 2D
+scene's penalty contacts.
 
 The gripper (the fifth action) is the 2D scene's rule and spring: it engages within GRIP_RANGE
 (`scene2d.update_grip`), and while engaged a spring-damper from the hand to the box or the handle (rest length:
@@ -43,17 +44,20 @@ XML = f"""
   <option timestep="{TIMESTEP}" gravity="0 0 0" iterations="4" ls_iterations="8"/>
   <default>
     <geom contype="1" conaffinity="1" friction="0.5 0.01 0.001" solref="0.02 1"/>
+    <default class="wall">  <!-- contacts only geoms with contype bit 2: the torso and the box -->
+      <geom type="box" contype="0" conaffinity="2"/>
+    </default>
   </default>
   <worldbody>
     <geom name="table" type="box" pos="{s2.TABLE_C[0]} {s2.TABLE_C[1]} 0" size="{s2.TABLE_H[0]} {s2.TABLE_H[1]} 0.1"/>
-    <geom name="wall_e" type="box" pos="{s2.ROOM + _WALL} 0 0" size="{_WALL} {s2.ROOM + 2 * _WALL} 0.1"/>
-    <geom name="wall_w" type="box" pos="{-s2.ROOM - _WALL} 0 0" size="{_WALL} {s2.ROOM + 2 * _WALL} 0.1"/>
-    <geom name="wall_n" type="box" pos="0 {s2.ROOM + _WALL} 0" size="{s2.ROOM + 2 * _WALL} {_WALL} 0.1"/>
-    <geom name="wall_s" type="box" pos="0 {-s2.ROOM - _WALL} 0" size="{s2.ROOM + 2 * _WALL} {_WALL} 0.1"/>
+    <geom name="wall_e" class="wall" pos="{s2.ROOM + _WALL} 0 0" size="{_WALL} {s2.ROOM + 2 * _WALL} 0.1"/>
+    <geom name="wall_w" class="wall" pos="{-s2.ROOM - _WALL} 0 0" size="{_WALL} {s2.ROOM + 2 * _WALL} 0.1"/>
+    <geom name="wall_n" class="wall" pos="0 {s2.ROOM + _WALL} 0" size="{s2.ROOM + 2 * _WALL} {_WALL} 0.1"/>
+    <geom name="wall_s" class="wall" pos="0 {-s2.ROOM - _WALL} 0" size="{s2.ROOM + 2 * _WALL} {_WALL} 0.1"/>
     <body name="torso" pos="0 0 0">
       <joint name="tx" type="slide" axis="1 0 0" damping="{s2.DAMP_TORSO * s2.M_TORSO}"/>
       <joint name="ty" type="slide" axis="0 1 0" damping="{s2.DAMP_TORSO * s2.M_TORSO}"/>
-      <geom name="torso" type="sphere" size="{s2.R_TORSO}" mass="{s2.M_TORSO}"/>
+      <geom name="torso" type="sphere" size="{s2.R_TORSO}" mass="{s2.M_TORSO}" contype="3"/>
       <body name="upper" pos="0 0 0">
         <joint name="shoulder" type="hinge" axis="0 0 1" damping="{s2.DAMP_JOINT * s2.I_JOINT}"
                armature="{s2.I_JOINT}"/>
@@ -69,7 +73,7 @@ XML = f"""
     <body name="box" pos="0 0 0">
       <joint name="bx" type="slide" axis="1 0 0" damping="{s2.DAMP_FLOOR * s2.M_BOX}"/>
       <joint name="by" type="slide" axis="0 1 0" damping="{s2.DAMP_FLOOR * s2.M_BOX}"/>
-      <geom name="box" type="box" size="{s2.R_BOX} {s2.R_BOX} 0.1" mass="{s2.M_BOX}"/>
+      <geom name="box" type="box" size="{s2.R_BOX} {s2.R_BOX} 0.1" mass="{s2.M_BOX}" contype="3"/>
     </body>
     <body name="door" pos="{s2.HINGE[0]} {s2.HINGE[1]} 0">
       <joint name="hinge" type="hinge" axis="0 0 1" range="0 {s2.DOOR_MAX}" limited="true"

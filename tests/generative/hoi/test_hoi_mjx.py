@@ -89,3 +89,19 @@ def test_ppo_trains_on_the_mjx_scene():
     assert grid.curves["loss"].shape == (2, 2) and np.all(np.isfinite(grid.curves["loss"]))
     assert all(0.0 <= ev["completion"] <= 1.0 and np.isfinite(ev["final_object_error"]) for ev in grid.evals)
     assert np.asarray(grid.strips[0].box_p).shape == (10, 2)  # the frame strip's 2D view of the MJX episode
+
+
+def test_the_walls_stop_the_torso_and_the_box_not_the_hand():
+    # as in the 2D scene, the room walls hold the torso and the box; the arm and the door do not touch them
+    mj, _ = scene_mjx.load_model()
+    wall = mj.geom("wall_e").id
+    for name, collides in (("torso", True), ("box", True), ("hand", False), ("panel", False), ("handle", False)):
+        g = mj.geom(name).id
+        hit = bool(mj.geom_contype[g] & mj.geom_conaffinity[wall] or mj.geom_contype[wall] & mj.geom_conaffinity[g])
+        assert hit == collides, name
+    edge = scene2d.ROOM - scene2d.R_TORSO
+    s = state([edge - 0.3, -1.5], [np.pi / 2, 0.0], [0.0, 1.5])  # the arm points away from the wall
+    for _ in range(40):
+        s = STEP(s, jnp.array([1.0, 0.0, 0.0, 0.0, -1.0]))  # walk into the east wall
+    x = float(scene_mjx.view(s).torso_p[0])
+    assert edge - 0.05 < x < edge + 0.03, x
