@@ -1,7 +1,7 @@
 """The goal-conditioned environment over a scene (`Scene`: the pure-JAX 2D scene, or the MJX scene of
-scene_mjx.py): a task (a plan compiled to arrays, its chain-of-contacts
-reading, the hand reward's task index) is data, not code, so one compiled step serves every task and every
-reward arm (`arm`: 0 RMD, 1 hand-engineered, 2 chain-of-contacts).
+scene_mjx.py): a task (a plan compiled to arrays, its chain-of-contacts reading, the hand reward's task index) is
+data, not code, so one compiled step serves every task and every reward arm (`arm`: 0 RMD, 1 hand-engineered,
+2 chain-of-contacts).
 
 The observation is the same for every arm: the scene state, hand-relative object positions, the current
 sub-task's goal and the RMD phase (one-hot) from the plan's completion tracker (a completed plan shows its last
