@@ -36,6 +36,7 @@ from core.lm.generate import generate as lm_generate
 from core.lm.logprobs import chunked_logprobs
 
 PROJECTORS = ("linear", "mlp")
+STEMS = ("patch", "conv")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,10 @@ class ViTConfig:
     depth: int = 2
     heads: int = 4
     mlp_ratio: int = 4
+    # "patch": one patch_size x patch_size linear projection per patch (ViT). "conv": stride-2 3x3 convolutions
+    # with GELU until the stride is patch_size, then a 1x1 projection (Xiao et al. 2021, "Early convolutions
+    # help transformers see better"): the same token grid, but strokes finer than a patch survive to the tokens
+    stem: str = "patch"
 
     def __post_init__(self):
         for name in ("image_size", "patch_size", "channels", "width", "depth", "heads", "mlp_ratio"):
@@ -57,6 +62,10 @@ class ViTConfig:
         check(self.image_size % self.patch_size == 0, "vision.patch_size", self.patch_size,
               f"a divisor of vision.image_size={self.image_size}")
         check(self.width % self.heads == 0, "vision.heads", self.heads, f"a divisor of vision.width={self.width}")
+        check(self.stem in STEMS, "vision.stem", self.stem, f"one of {STEMS}")
+        if self.stem == "conv":
+            check(self.patch_size >= 2 and self.patch_size & (self.patch_size - 1) == 0, "vision.patch_size",
+                  self.patch_size, "a power of two (the conv stem halves the image per layer)")
 
     @property
     def num_patches(self) -> int:
@@ -92,8 +101,16 @@ class VisionTower(nnx.Module):
     def __init__(self, config: VLMConfig, *, rngs: nnx.Rngs):
         v, d = config.vision, config.lm.hidden_size
         self.config = config
-        self.patch = nnx.Conv(v.channels, v.width, kernel_size=(v.patch_size, v.patch_size),
-                              strides=(v.patch_size, v.patch_size), padding="VALID", rngs=rngs)
+        if v.stem == "patch":
+            self.stem = nnx.List([])
+            self.patch = nnx.Conv(v.channels, v.width, kernel_size=(v.patch_size, v.patch_size),
+                                  strides=(v.patch_size, v.patch_size), padding="VALID", rngs=rngs)
+        else:
+            layers = v.patch_size.bit_length() - 1  # stride-2 layers to reach patch_size
+            widths = [v.channels] + [max(8, v.width >> (layers - 1 - i)) for i in range(layers)]
+            self.stem = nnx.List([nnx.Conv(a, b, kernel_size=(3, 3), strides=(2, 2), padding="SAME", rngs=rngs)
+                                  for a, b in zip(widths[:-1], widths[1:])])
+            self.patch = nnx.Conv(widths[-1], v.width, kernel_size=(1, 1), rngs=rngs)
         self.pos = nnx.Param(0.02 * jax.random.normal(rngs.params(), (1, v.num_patches, v.width)))
         self.blocks = nnx.List([ViTBlock(v, rngs=rngs) for _ in range(v.depth)])
         self.norm = nnx.LayerNorm(v.width, rngs=rngs)
@@ -110,7 +127,10 @@ class VisionTower(nnx.Module):
         if images.ndim != 4 or tuple(images.shape[1:]) != expected:
             raise ConfigError(f"images {tuple(images.shape)}: expected (B, {', '.join(map(str, expected))}) "
                               "floats in [0, 1]")
-        x = self.patch(images.astype(jnp.float32) * 2.0 - 1.0)
+        x = images.astype(jnp.float32) * 2.0 - 1.0
+        for conv in self.stem:
+            x = jax.nn.gelu(conv(x))
+        x = self.patch(x)
         x = x.reshape(x.shape[0], -1, x.shape[-1]) + self.pos[...]
         for block in self.blocks:
             x = block(x)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 from core import sharding
 from core.config import ConfigError
@@ -149,3 +150,34 @@ def test_a_sharded_step_on_8_devices_equals_one_device(model, devices):
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(eight.params), jax.tree.leaves(one.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_conv_stem_keeps_the_token_grid_and_sees_only_its_neighbourhood():
+    """The conv stem (three stride-2 3x3 layers and a 1x1 projection for 8-pixel patches) gives the same token
+    grid as the patch stem; before attention token (i, j) sees pixels 8i..8i+14 x 8j..8j+14 (its patch and 7 more
+    on its far sides), so a pixel of the corner patch moves token (0, 0) only."""
+    vision = vlm.ViTConfig(image_size=32, patch_size=8, width=16, depth=1, heads=2, stem="conv")
+    config = vlm.VLMConfig(vision=vision, lm=CONFIG.lm)
+    tower = nnx.merge(*nnx.split(vlm.VisionTower(config, rngs=nnx.Rngs(0))))
+    assert [conv.kernel.shape for conv in tower.stem] == [(3, 3, 3, 8), (3, 3, 8, 8), (3, 3, 8, 16)]
+    assert tower(jnp.zeros((2, 32, 32, 3))).shape == (2, 16, 16)
+
+    def grid(images):  # the stem's token grid (B, 4, 4, width), before the blocks
+        x = images * 2.0 - 1.0
+        for conv in tower.stem:
+            x = jax.nn.gelu(conv(x))
+        return tower.patch(x)
+
+    base = jax.random.uniform(jax.random.key(1), (1, 32, 32, 3))
+    changed = grid(base.at[0, 0, 0].set(1.0 - base[0, 0, 0])) - grid(base)  # a pixel in the corner patch
+    moved = np.abs(np.asarray(changed[0])).max(-1) > 1e-6
+    expected = np.zeros((4, 4), bool)
+    expected[0, 0] = True
+    np.testing.assert_array_equal(moved, expected)
+    far = grid(base.at[0, 14, 14].set(1.0 - base[0, 14, 14])) - grid(base)  # patch 1, and the border of patch 0
+    np.testing.assert_array_equal(np.abs(np.asarray(far[0])).max(-1) > 1e-6,
+                                  np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], bool))
+    with pytest.raises(ValueError, match="vision.patch_size"):
+        vlm.ViTConfig(image_size=24, patch_size=6, stem="conv")
+    with pytest.raises(ValueError, match="vision.stem"):
+        vlm.ViTConfig(stem="resnet")
