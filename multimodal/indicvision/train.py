@@ -35,8 +35,10 @@ class SyntheticData:
 
 
 def make_data(config: Config, seed: int | None = None) -> SyntheticData:
-    """Train sets with the config's per-language counts, test sets equal per language (other seeds' words)."""
-    rng = np.random.default_rng(config.seed if seed is None else seed)
+    """Train sets with the config's per-language counts, test sets equal per language. The test sets come from
+    their own stream, so two allocations of the training counts are scored on the same test items."""
+    seed = config.seed if seed is None else seed
+    rng, test_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     size = config.image_size
     counts = {name: dict(zip(LANGUAGES, getattr(config, f"{name}_train"))) for name in ("ocr", "vqa", "mmt")}
     test = {lang: config.test_per_language for lang in LANGUAGES}
@@ -44,10 +46,10 @@ def make_data(config: Config, seed: int | None = None) -> SyntheticData:
                                                         lexicon_size=config.ocr_lexicon)),
              "vqa_indic": validate("vqa_indic", synthetic.vqa_rows(counts["vqa"], rng, size=size, prefix="train-vqa")),
              "mmt": validate("mmt", synthetic.mmt_rows(counts["mmt"], rng, size=size, prefix="train-mmt"))}
-    tests = {"ocr": validate("ocr", synthetic.ocr_rows(test, rng, size=size, prefix="test-ocr",
+    tests = {"ocr": validate("ocr", synthetic.ocr_rows(test, test_rng, size=size, prefix="test-ocr",
                                                         lexicon_size=config.ocr_lexicon)),
-             "vqa_indic": validate("vqa_indic", synthetic.vqa_rows(test, rng, size=size, prefix="test-vqa")),
-             "mmt": validate("mmt", synthetic.mmt_rows(test, rng, size=size, prefix="test-mmt"))}
+             "vqa_indic": validate("vqa_indic", synthetic.vqa_rows(test, test_rng, size=size, prefix="test-vqa")),
+             "mmt": validate("mmt", synthetic.mmt_rows(test, test_rng, size=size, prefix="test-mmt"))}
     return SyntheticData(train, tests)
 
 
@@ -78,7 +80,7 @@ def vlm_config(config: Config, vocab_size: int) -> vlm.VLMConfig:
     heads = config.num_heads
     return vlm.VLMConfig(
         vision=vlm.ViTConfig(image_size=config.image_size, patch_size=config.patch_size, width=config.vit_width,
-                             depth=config.vit_depth, heads=max(1, config.vit_width // 16)),
+                             depth=config.vit_depth, heads=max(1, config.vit_width // 16), stem=config.vit_stem),
         lm=LMConfig(vocab_size=vocab_size, hidden_size=config.hidden_size, intermediate_size=2 * config.hidden_size,
                     num_layers=config.num_layers, num_heads=heads, num_kv_heads=heads,
                     head_dim=config.hidden_size // heads, max_position_embeddings=1024))

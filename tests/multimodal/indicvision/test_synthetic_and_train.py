@@ -129,3 +129,28 @@ def test_a_stopped_training_resumes_to_the_uninterrupted_model(tmp_path):
     assert [r["step"] for r in records("killed")] == [0, 2]
     for a, b in zip(records("killed"), records("whole")):
         assert a == pytest.approx(b, rel=1e-6)
+
+
+def test_config_errors_name_the_stem_and_the_patch_it_needs():
+    from multimodal.indicvision.configs import Config
+    with pytest.raises(ValueError, match="vit_stem"):
+        Config(vit_stem="resnet")
+    with pytest.raises(ValueError, match="patch_size.*power of two"):
+        Config(image_size=48, patch_size=6)  # the conv stem halves the image per layer
+    assert Config(image_size=48, patch_size=6, vit_stem="patch").patch_size == 6
+    assert ivb_train.vlm_config(Config(), 100).vision.stem == "conv"
+
+
+def test_two_allocations_of_the_training_counts_share_the_test_items():
+    """The benchmark's swapped allocation scores each script on the very items the main one does."""
+    import dataclasses
+    config = EXPERIMENT.config("tiny")
+    swapped = dataclasses.replace(config, ocr_train=config.ocr_train[::-1], vqa_train=config.vqa_train[::-1],
+                                  mmt_train=config.mmt_train[::-1])
+    a, b = ivb_train.make_data(config), ivb_train.make_data(swapped)
+    assert [r["language"] for r in b.train["ocr"].rows].count("Tamil") == config.ocr_train[0]
+    for task in ("ocr", "vqa_indic", "mmt"):
+        assert [r["id"] for r in a.test[task].rows] == [r["id"] for r in b.test[task].rows]
+        for ra, rb in zip(a.test[task].rows, b.test[task].rows):
+            np.testing.assert_array_equal(ra["image"], rb["image"])
+    assert [r["text"] for r in a.test["ocr"].rows] == [r["text"] for r in b.test["ocr"].rows]
