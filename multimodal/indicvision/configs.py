@@ -5,10 +5,9 @@ Per-language counts are given in `multimodal.indicvision.synthetic.SYNTHETIC_LAN
 Devanagari, Bengali, Tamil); the test sets are equal per language.
 
 - ``iclr26 run indicvision --preset tiny``  (seconds; a smoke run of a few steps)
-- ``iclr26 run indicvision --preset demo``  (10000 steps, about 6-7 min wall on the idle 2-core CPU; probe on
-  seed 0 before the benchmark, OCR anls_char Hindi / Bengali / Tamil 1.7 / 25.1 / 58.4 against the constant's
-  88.4 / 86.9 / 80.6: the conv stem and 4x the OCR renderings made it read; the benchmark's numbers are in
-  benchmarks/results/indicvision.json)
+- ``iclr26 run indicvision --preset demo``  (10000 steps, 374 s wall on the idle 2-core CPU; OCR anls_char
+  Hindi / Bengali / Tamil 8.2 / 19.3 / 78.3 against the constant's 95.1 / 86.7 / 86.2: the conv stem and 4x the
+  OCR renderings made it read; the benchmark's numbers are in benchmarks/results/indicvision.json)
 """
 
 from __future__ import annotations
