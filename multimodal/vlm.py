@@ -121,16 +121,20 @@ class VisionTower(nnx.Module):
             self.proj1 = nnx.Linear(v.width, d, rngs=rngs)
             self.proj2 = nnx.Linear(d, d, rngs=rngs)
 
+    def patch_grid(self, images: jax.Array) -> jax.Array:
+        """The stem's output: one width-vector per patch, (B, H / patch, W / patch, width), before attention."""
+        x = images.astype(jnp.float32) * 2.0 - 1.0
+        for conv in self.stem:
+            x = jax.nn.gelu(conv(x))
+        return self.patch(x)
+
     def __call__(self, images: jax.Array) -> jax.Array:
         v = self.config.vision
         expected = (v.image_size, v.image_size, v.channels)
         if images.ndim != 4 or tuple(images.shape[1:]) != expected:
             raise ConfigError(f"images {tuple(images.shape)}: expected (B, {', '.join(map(str, expected))}) "
                               "floats in [0, 1]")
-        x = images.astype(jnp.float32) * 2.0 - 1.0
-        for conv in self.stem:
-            x = jax.nn.gelu(conv(x))
-        x = self.patch(x)
+        x = self.patch_grid(images)
         x = x.reshape(x.shape[0], -1, x.shape[-1]) + self.pos[...]
         for block in self.blocks:
             x = block(x)

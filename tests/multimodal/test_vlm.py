@@ -161,12 +161,7 @@ def test_the_conv_stem_keeps_the_token_grid_and_sees_only_its_neighbourhood():
     tower = nnx.merge(*nnx.split(vlm.VisionTower(config, rngs=nnx.Rngs(0))))
     assert [conv.kernel.shape for conv in tower.stem] == [(3, 3, 3, 8), (3, 3, 8, 8), (3, 3, 8, 16)]
     assert tower(jnp.zeros((2, 32, 32, 3))).shape == (2, 16, 16)
-
-    def grid(images):  # the stem's token grid (B, 4, 4, width), before the blocks
-        x = images * 2.0 - 1.0
-        for conv in tower.stem:
-            x = jax.nn.gelu(conv(x))
-        return tower.patch(x)
+    grid = tower.patch_grid  # (B, 4, 4, width): what the blocks receive
 
     base = jax.random.uniform(jax.random.key(1), (1, 32, 32, 3))
     changed = grid(base.at[0, 0, 0].set(1.0 - base[0, 0, 0])) - grid(base)  # a pixel in the corner patch
